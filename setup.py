@@ -38,6 +38,9 @@ setup(
     entry_points={
         "console_scripts": [
             "acpo-demo=acpo_trl.demo:main",
+            "acpo-train=acpo_trl.train:main",
+            "acpo-eval=acpo_trl.evaluation.cli:main",
+            "acpo-dlogp=acpo_trl.dlogp.cli:main",
         ]
     },
     classifiers=[

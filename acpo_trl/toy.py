@@ -1,0 +1,92 @@
+"""A tiny causal LM, a byte-level tokenizer and a toy task, all built locally (no Hub).
+
+Used by the tests, the benchmarks and the quick demo: ``build_tiny_model()`` is a 2-layer Qwen2 with a
+byte-level tokenizer (256 byte tokens + specials) and a minimal chat template, so plain-text and
+conversational prompts both work.
+
+The toy task (``toy_dataset`` / ``toy_reward``): the prompt names a letter, the reward is the fraction of
+the completion's characters equal to that letter. A random policy scores about 1/256 per character, with
+enough variance across a group for GRPO advantages, and the tiny model learns it in a few dozen steps.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+from .rewards.common import completion_text
+
+SPECIAL_TOKENS = ["<|pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+TOY_LETTERS = "abcdefgh"
+
+
+def build_tokenizer():
+    """A byte-level BPE tokenizer with no merges: every UTF-8 byte is one token, so any text round-trips."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    byte_alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
+    for symbol in sorted(byte_alphabet):
+        vocab[symbol] = len(vocab)
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=backend,
+        pad_token="<|pad|>",
+        eos_token="<|im_end|>",
+        bos_token=None,
+        additional_special_tokens=["<|endoftext|>", "<|im_start|>"],
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def build_tiny_model(seed: int = 0, hidden_size: int = 64, num_layers: int = 2):
+    """A tiny Qwen2 causal LM (about 100k parameters) and its tokenizer, deterministically initialised."""
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    tokenizer = build_tokenizer()
+    config = Qwen2Config(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=1024,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(seed)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model, tokenizer
+
+
+def toy_dataset(num_prompts: int = 64, seed: int = 0):
+    """Prompts ``"Write the letter x:"`` with the letter in a ``letter`` column, as a ``datasets.Dataset``."""
+    from datasets import Dataset
+
+    rng = random.Random(seed)
+    letters = [rng.choice(TOY_LETTERS) for _ in range(num_prompts)]
+    return Dataset.from_dict({"prompt": [f"Write the letter {c}:" for c in letters], "letter": letters})
+
+
+def toy_reward(prompts: list, completions: list, letter: list[str], **kwargs: Any) -> list[float]:
+    """Fraction of the completion's characters equal to the requested ``letter`` (0 for an empty completion)."""
+    rewards = []
+    for completion, target in zip(completions, letter):
+        text = completion_text(completion)
+        rewards.append(text.count(target) / len(text) if text else 0.0)
+    return rewards
