@@ -1,0 +1,89 @@
+"""The policy-loss registry and its uniform signature (modelled on verl's ``core_algos`` registry).
+
+Every policy loss is a pure function ``fn(inputs: PolicyLossInputs, config) -> PolicyLossOutput``:
+
+- ``inputs`` holds the micro-batch tensors the trainer gathered (current and old log-probs, advantages,
+  completion mask, entropies, ...). Shapes are ``(B, T)`` unless stated otherwise.
+- ``config`` is the run's :class:`~acpo_trl.ACPOConfig` (any object with the fields the loss reads).
+- The output is the per-token loss ``(B, T)``, which the trainer aggregates with ``config.loss_type``
+  (grpo / bnpo / dr_grpo / dapo), and metrics as ``name -> (numerator, denominator)`` pairs of 0-dim
+  tensors: the trainer sums both over processes in one all-reduce and logs ``numerator / denominator``.
+
+A new method is one decorated function::
+
+    @register_policy_loss("my_loss")
+    def my_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput: ...
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable
+
+import torch
+
+Metric = tuple[torch.Tensor, torch.Tensor]
+
+
+def _sum_over_nothing(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor
+
+
+@dataclass
+class PolicyLossInputs:
+    """The tensors of one micro-batch that a policy loss may read.
+
+    Attributes:
+        logps: log pi_theta(y_t) of the sampled tokens under the current policy (carries the gradient).
+        old_logps: log pi_old(y_t) under the rollout policy, detached. Equal to ``logps.detach()`` when the
+            configuration is on-policy and TRL does not compute old log-probs.
+        advantages: ``(B, 1)`` (one per sequence, broadcast) or ``(B, T)``.
+        mask: 1.0 for completion tokens that enter the loss, 0.0 for padding (and tool output).
+        entropies: entropy of the current policy at each position, detached, or None.
+        group_ids: ``(B,)`` integer id of each row's prompt group (rows of one prompt share an id), or None.
+        update_pass: index of the pass over the current rollout (TRL's iteration index, 0-based).
+        all_reduce: sums a tensor over all training processes (identity in a single process).
+    """
+
+    logps: torch.Tensor
+    old_logps: torch.Tensor
+    advantages: torch.Tensor
+    mask: torch.Tensor
+    entropies: torch.Tensor | None = None
+    group_ids: torch.Tensor | None = None
+    update_pass: int = 0
+    all_reduce: Callable[[torch.Tensor], torch.Tensor] = _sum_over_nothing
+
+
+@dataclass
+class PolicyLossOutput:
+    """A policy loss's result: ``per_token_loss`` ``(B, T)`` and ``metrics`` (name -> (numerator, denominator))."""
+
+    per_token_loss: torch.Tensor
+    metrics: dict[str, Metric] = field(default_factory=dict)
+
+
+PolicyLossFn = Callable[[PolicyLossInputs, object], PolicyLossOutput]
+POLICY_LOSSES: dict[str, PolicyLossFn] = {}
+
+
+def register_policy_loss(name: str) -> Callable[[PolicyLossFn], PolicyLossFn]:
+    """Register ``fn`` under ``name`` so that ``ACPOConfig(policy_loss=name)`` selects it."""
+
+    def decorator(fn: PolicyLossFn) -> PolicyLossFn:
+        if name in POLICY_LOSSES:
+            raise ValueError(f"A policy loss named {name!r} is already registered.")
+        POLICY_LOSSES[name] = fn
+        return fn
+
+    return decorator
+
+
+def get_policy_loss(name: str) -> PolicyLossFn:
+    """The registered policy loss ``name``; an unknown name lists the registered ones."""
+    try:
+        return POLICY_LOSSES[name]
+    except KeyError:
+        raise ValueError(
+            f"Unknown policy_loss {name!r}. Registered policy losses: {sorted(POLICY_LOSSES)}."
+        ) from None

@@ -1,0 +1,145 @@
+"""``ACPOTrainer``: TRL's ``GRPOTrainer`` with the loss computed by a policy loss from the registry.
+
+TRL still does generation, rewards, advantages, old/reference log-probs, batching and the optimizer. This class
+only replaces the loss: it gathers the micro-batch tensors (calling TRL's ``_get_per_token_logps_and_entropies``),
+calls ``get_policy_loss(args.policy_loss)``, applies what TRL's own path applies around the policy term (vLLM
+importance-sampling correction, KL to the reference model, MoE aux loss), aggregates with ``loss_type`` and
+logs the loss's metrics with one all-reduce per micro-batch.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from trl import GRPOTrainer
+
+from .config import ACPOConfig
+from .losses import PolicyLossInputs, aggregate_loss, get_policy_loss
+
+# Model inputs that TRL's batches may carry besides ids and masks (multimodal models), forwarded as they are.
+_EXTRA_FORWARD_KEYS = (
+    "pixel_values",
+    "image_grid_thw",
+    "num_images",
+    "pixel_attention_mask",
+    "spatial_shapes",
+    "num_tiles",
+    "image_sizes",
+    "token_type_ids",
+    "mm_token_type_ids",
+    "image_position_ids",
+)
+
+
+class ACPOTrainer(GRPOTrainer):
+    """GRPOTrainer whose policy loss is chosen by ``ACPOConfig.policy_loss`` (default: ACPO).
+
+    Takes the same arguments as [`~trl.GRPOTrainer`]; ``args`` must be an [`ACPOConfig`].
+    """
+
+    _tag_names = ["trl", "grpo", "acpo"]
+    _name = "ACPO"
+
+    def __init__(self, model, reward_funcs=None, args: ACPOConfig | None = None, *pargs, **kwargs):
+        if args is None:
+            name = model if isinstance(model, str) else getattr(model.config, "_name_or_path", "model")
+            args = ACPOConfig(f"{str(name).rstrip('/').split('/')[-1]}-ACPO")
+        elif not isinstance(args, ACPOConfig):
+            raise TypeError(
+                f"ACPOTrainer needs `args` to be an ACPOConfig, got {type(args).__name__}. "
+                "Build one with ACPOConfig(...) (it accepts every GRPOConfig field)."
+            )
+        super().__init__(model, reward_funcs, args, *pargs, **kwargs)
+        self.policy_loss_fn = get_policy_loss(args.policy_loss)
+
+    def _all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        return self.accelerator.reduce(tensor, reduction="sum") if self.accelerator.num_processes > 1 else tensor
+
+    def _loss_normalizer(self, inputs, mode: str) -> float | torch.Tensor:
+        """What TRL divides the aggregated loss by, so gradient accumulation sums to the batch objective."""
+        if self.loss_type == "dapo":
+            # `num_items_in_batch` counts the tokens of the whole generation batch on all processes.
+            normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
+            if mode == "train":
+                normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
+            return normalizer
+        return self.current_gradient_accumulation_steps if mode == "train" else 1.0
+
+    def _compute_loss(self, model, inputs):
+        mode = "train" if self.model.training else "eval"
+        completion_ids = inputs["completion_ids"]
+        input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        mask = inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
+        logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
+            model,
+            input_ids,
+            attention_mask,
+            completion_ids.size(1),
+            compute_entropy=True,
+            compute_aux_loss=self.aux_loss_enabled,
+            **{key: inputs.get(key) for key in _EXTRA_FORWARD_KEYS},
+        )
+        advantages = inputs["advantages"]
+        if advantages.dim() == 1:
+            advantages = advantages.unsqueeze(1)
+        old_logps = inputs.get("old_per_token_logps")
+        old_logps = logps.detach() if old_logps is None else old_logps
+
+        output = self.policy_loss_fn(
+            PolicyLossInputs(
+                logps=logps,
+                old_logps=old_logps,
+                advantages=advantages,
+                mask=mask,
+                entropies=entropies.detach() if entropies is not None else None,
+                group_ids=inputs.get("group_ids"),
+                update_pass=(self._step // self.args.steps_per_generation) % self.num_iterations,
+                all_reduce=self._all_reduce_sum,
+            ),
+            self.args,
+        )
+        per_token_loss = output.per_token_loss
+        metrics = dict(output.metrics)
+
+        if self.use_vllm and self.vllm_importance_sampling_correction:
+            per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]
+        if self.beta != 0.0:
+            ref_logps = inputs["ref_per_token_logps"]
+            # k3 estimator of KL(pi_theta || pi_ref), as in TRL.
+            per_token_kl = torch.exp(ref_logps - logps) - (ref_logps - logps) - 1
+            if self.args.use_bias_correction_kl:
+                per_token_kl = per_token_kl * torch.exp(logps - old_logps)
+            per_token_loss = per_token_loss + self.beta * per_token_kl
+            metrics["kl"] = ((per_token_kl * mask).sum().detach(), mask.sum())
+
+        normalizer = self._loss_normalizer(inputs, mode)
+        loss = aggregate_loss(
+            per_token_loss,
+            mask,
+            self.loss_type,
+            max_completion_length=self.max_completion_length,
+            num_items=normalizer if self.loss_type == "dapo" else None,
+        )
+        one = torch.ones((), device=loss.device)
+        metrics["policy_loss"] = (loss.detach(), one)
+        if self.loss_type != "dapo":  # dapo's token count already spans the accumulation window
+            loss = loss / normalizer
+        if self.aux_loss_enabled:
+            normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
+            loss = loss + self.router_aux_loss_coef * aux_loss / normalizer
+            metrics["aux_loss"] = (aux_loss.detach(), one)
+        metrics["entropy"] = ((entropies.detach() * mask).sum(), mask.sum())
+        self._log_metrics(metrics, mode)
+        return loss
+
+    def _log_metrics(self, metrics: dict, mode: str) -> None:
+        """Reduce every (numerator, denominator) pair over processes in one call and record num / den.
+
+        An empty denominator (e.g. a bin with no token) records NaN, which TRL drops when it averages."""
+        names = list(metrics)
+        stacked = torch.stack([torch.stack([num.double(), den.double()]) for num, den in metrics.values()])
+        totals = self._all_reduce_sum(stacked).tolist()
+        for name, (num, den) in zip(names, totals):
+            self._metrics[mode][name].append(num / den if den > 0 else math.nan)

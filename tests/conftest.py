@@ -1,0 +1,37 @@
+"""Shared fixtures: a tiny model/tokenizer built locally, and trainer factories (TRL is imported once)."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture
+def tiny_model():
+    from acpo_trl.toy import build_tiny_model
+
+    return build_tiny_model(seed=0)
+
+
+def trainer_kwargs(tmp_path, **overrides):
+    """Small CPU settings shared by the trainer tests."""
+    kwargs = dict(
+        output_dir=str(tmp_path),
+        report_to="none",
+        use_cpu=True,
+        bf16=False,
+        per_device_train_batch_size=4,
+        num_generations=4,
+        max_completion_length=8,
+        learning_rate=1e-2,
+        logging_steps=1,
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+    )
+    kwargs.update(overrides)
+    return kwargs
