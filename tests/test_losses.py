@@ -1,0 +1,120 @@
+"""The ACPO and ppo_clip policy losses on small hand-built tensors, expected values worked out by hand."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from acpo_trl.losses import POLICY_LOSSES, PolicyLossInputs, get_policy_loss, aggregate_loss
+
+
+def acpo_args(**overrides):
+    args = dict(
+        acpo_num_bins=5, acpo_alpha=3.0, acpo_base_clip=0.2, acpo_clip_min=0.0, acpo_clip_max=3.0,
+        dual_clip_c=3.0, acpo_stats_scope="local", epsilon=0.2, epsilon_high=0.2, delta=None,
+    )
+    args.update(overrides)
+    return SimpleNamespace(**args)
+
+
+def hand_batch():
+    """Three sequences; (current probability, ratio) per token, a padded slot in the last row.
+
+    bin 4 (p = 0.9): ratios {1.0, 1.5}  -> std 0.25      -> eps 0.2 + 3 * 0.25 = 0.95
+    bin 0 (p = 0.1): ratios {4.5, 0.5}  -> std 2.0      -> eps 6.2, clamped to 3.0
+    bin 2 (p = 0.5): ratio  {5.0}       -> std 1e-4     -> eps 0.2003
+    The padded slot (p = 0.9, r = 100) must not enter bin 4.
+    """
+    p = torch.tensor([[0.9, 0.1], [0.9, 0.1], [0.5, 0.9]])
+    r = torch.tensor([[1.0, 4.5], [1.5, 0.5], [5.0, 100.0]])
+    logps = p.log().requires_grad_(True)
+    old_logps = (p.log() - r.log()).detach()
+    mask = torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 0.0]])
+    advantages = torch.tensor([[1.0], [-2.0], [-1.0]])
+    return logps, old_logps, advantages, mask
+
+
+def test_registry_has_core_methods_and_rejects_unknown():
+    assert {"acpo", "ppo_clip"} <= set(POLICY_LOSSES)
+    with pytest.raises(ValueError, match="Unknown policy_loss 'nope'.*acpo"):
+        get_policy_loss("nope")
+
+
+def test_acpo_loss_by_hand():
+    logps, old_logps, adv, mask = hand_batch()
+    out = get_policy_loss("acpo")(PolicyLossInputs(logps, old_logps, adv, mask), acpo_args())
+    # Row 0 (A=+1): r=1 unclipped -> -1; r=4.5 clipped at 1+3 -> -4.
+    # Row 1 (A=-2): r=1.5 inside [0.05, 1.95] -> 3; r=0.5 inside [-2, 4] -> 1.
+    # Row 2 (A=-1): r=5 -> max(5, 1.2003) = 5, dual-clipped to -c A = 3.
+    loss = out.per_token_loss
+    assert loss[0].tolist() == pytest.approx([-1.0, -4.0])
+    assert loss[1].tolist() == pytest.approx([3.0, 1.0])
+    assert loss[2, 0].item() == pytest.approx(3.0)
+    # d(-A r)/dlogp = -A r where unclipped, 0 where clipped or dual-clipped.
+    (grad,) = torch.autograd.grad((loss * mask).sum(), logps)
+    assert grad[0].tolist() == pytest.approx([-1.0, 0.0])
+    assert grad[1].tolist() == pytest.approx([3.0, 1.0])
+    assert grad[2, 0].item() == pytest.approx(0.0)
+    # grpo aggregation: mean over rows of the token means = (-2.5 + 2 + 3) / 3.
+    assert aggregate_loss(loss, mask, "grpo").item() == pytest.approx(2.5 / 3)
+    m = {k: (float(n), float(d)) for k, (n, d) in out.metrics.items()}
+    assert m["acpo/bin4/eps"][0] == pytest.approx(0.2 + 3 * math.sqrt(0.0625 + 1e-8), rel=1e-6)
+    assert m["acpo/bin0/eps"][0] == pytest.approx(3.0)
+    assert m["acpo/bin2/eps"][0] == pytest.approx(0.2 + 3e-4, rel=1e-4)
+    assert m["acpo/bin0/std"][0] == pytest.approx(2.0, rel=1e-6)
+    assert m["acpo/bin4/token_frac"] == (2.0, 5.0)
+    assert m["acpo/bin0/clip_frac_pos"] == (1.0, 1.0)  # r = 4.5 > 1 + 3
+    assert m["acpo/bin0/clip_frac_neg"] == (0.0, 1.0)  # r = 0.5 is not below 1 - 3
+    assert m["acpo/bin2/clip_frac_neg"] == (0.0, 1.0)  # r = 5 > 1 + eps is the high side, not a low clip
+    assert m["acpo/bin4/ratio_mean"] == pytest.approx((2.5, 2.0))
+    assert m["acpo/bin1/eps"][0] == pytest.approx(0.2)  # an empty bin reports the base range
+    assert m["acpo/bin1/token_frac"][0] == 0.0
+
+
+def test_dual_clip_off_and_on():
+    logps, old_logps, adv, mask = hand_batch()
+    out = get_policy_loss("acpo")(PolicyLossInputs(logps, old_logps, adv, mask), acpo_args(dual_clip_c=None))
+    assert out.per_token_loss[2, 0].item() == pytest.approx(5.0)  # unbounded without the dual-clip
+    out = get_policy_loss("acpo")(PolicyLossInputs(logps, old_logps, adv, mask), acpo_args(dual_clip_c=4.0))
+    assert out.per_token_loss[2, 0].item() == pytest.approx(4.0)
+
+
+def test_ppo_clip_by_hand_and_differs_from_acpo():
+    logps, old_logps, adv, mask = hand_batch()
+    out = get_policy_loss("ppo_clip")(PolicyLossInputs(logps, old_logps, adv, mask), acpo_args(epsilon_high=0.3))
+    loss = out.per_token_loss
+    # Row 0 (A=+1): r=1 -> -1; r=4.5 clipped at 1.3 -> -1.3.  Row 1 (A=-2): r=1.5 -> max(3, 2.6)=3;
+    # r=0.5 -> max(1, 1.6) = 1.6 (clipped low).  Row 2 (A=-1): r=5 -> 5, dual-clipped to 3.
+    assert loss[0].tolist() == pytest.approx([-1.0, -1.3])
+    assert loss[1].tolist() == pytest.approx([3.0, 1.6])
+    assert loss[2, 0].item() == pytest.approx(3.0)
+    m = {k: (float(n), float(d)) for k, (n, d) in out.metrics.items()}
+    assert m["clip_ratio/low_mean"] == (1.0, 5.0)
+    assert m["clip_ratio/high_mean"] == (1.0, 5.0)
+
+
+def test_delta_caps_the_unclipped_ratio_like_trl():
+    logps, old_logps, adv, mask = hand_batch()
+    out = get_policy_loss("ppo_clip")(
+        PolicyLossInputs(logps, old_logps, adv, mask), acpo_args(delta=2.0, dual_clip_c=None)
+    )
+    assert out.per_token_loss[2, 0].item() == pytest.approx(2.0)  # -A min(r, delta) = 2
+
+
+def test_global_scope_uses_the_all_reduce():
+    logps, old_logps, adv, mask = hand_batch()
+    calls = []
+
+    def all_reduce(t):
+        calls.append(t)
+        return t
+
+    get_policy_loss("acpo")(PolicyLossInputs(logps, old_logps, adv, mask, all_reduce=all_reduce), acpo_args())
+    assert not calls
+    get_policy_loss("acpo")(
+        PolicyLossInputs(logps, old_logps, adv, mask, all_reduce=all_reduce), acpo_args(acpo_stats_scope="global")
+    )
+    assert len(calls) == 1

@@ -1,0 +1,92 @@
+"""End to end: a few off-policy ACPOTrainer steps on the tiny local model; config validation and warnings."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import pytest
+import torch
+
+from conftest import trainer_kwargs
+
+
+def test_config_defaults_are_the_papers_run(tmp_path):
+    from acpo_trl import ACPOConfig
+
+    args = ACPOConfig(**trainer_kwargs(tmp_path))
+    assert (args.policy_loss, args.acpo_num_bins, args.acpo_alpha, args.acpo_base_clip) == ("acpo", 5, 3.0, 0.2)
+    assert (args.acpo_clip_min, args.acpo_clip_max, args.dual_clip_c) == (0.0, 3.0, 3.0)
+    assert (args.loss_type, args.acpo_stats_scope) == ("grpo", "local")
+
+
+@pytest.mark.parametrize(
+    "field,value,message",
+    [
+        ("policy_loss", "ppo", "ACPOConfig.policy_loss='ppo'"),
+        ("acpo_num_bins", 0, "ACPOConfig.acpo_num_bins=0"),
+        ("acpo_alpha", -1.0, "ACPOConfig.acpo_alpha=-1.0"),
+        ("acpo_clip_max", -0.1, "ACPOConfig.acpo_clip_max=-0.1"),
+        ("dual_clip_c", 0.5, "ACPOConfig.dual_clip_c=0.5"),
+        ("acpo_stats_scope", "world", "ACPOConfig.acpo_stats_scope='world'"),
+        ("loss_type", "cispo", "ACPOConfig.loss_type='cispo'"),
+        ("top_entropy_quantile", 0.2, "ACPOConfig.top_entropy_quantile=0.2"),
+        ("delta", 2.0, "ACPOConfig.delta=2.0"),
+    ],
+)
+def test_invalid_values_fail_at_construction_naming_the_field(tmp_path, field, value, message):
+    from acpo_trl import ACPOConfig
+
+    with pytest.raises(ValueError) as info:
+        ACPOConfig(**trainer_kwargs(tmp_path, **{field: value}))
+    assert message in str(info.value)
+
+
+def test_on_policy_configuration_warns(tmp_path, caplog):
+    from acpo_trl import ACPOConfig
+
+    with caplog.at_level(logging.WARNING, logger="acpo_trl.config"):
+        on = ACPOConfig(**trainer_kwargs(tmp_path))
+    assert on.is_on_policy and "ACPO equals a fixed clip" in caplog.text
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="acpo_trl.config"):
+        off = ACPOConfig(**trainer_kwargs(tmp_path, steps_per_generation=4))
+    assert not off.is_on_policy and off.updates_per_rollout == 4 and caplog.text == ""
+
+
+def test_trainer_rejects_a_plain_grpo_config(tmp_path, tiny_model):
+    from trl import GRPOConfig
+
+    from acpo_trl import ACPOTrainer
+    from acpo_trl.toy import toy_dataset, toy_reward
+
+    model, tokenizer = tiny_model
+    with pytest.raises(TypeError, match="ACPOConfig"):
+        ACPOTrainer(model, toy_reward, args=GRPOConfig(**trainer_kwargs(tmp_path)), train_dataset=toy_dataset(8),
+                    processing_class=tokenizer)
+
+
+@pytest.mark.slow
+def test_off_policy_acpo_training_run(tmp_path, tiny_model):
+    from acpo_trl import ACPOConfig, ACPOTrainer
+    from acpo_trl.toy import toy_dataset, toy_reward
+
+    model, tokenizer = tiny_model
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    args = ACPOConfig(**trainer_kwargs(tmp_path, steps_per_generation=4, max_steps=8, learning_rate=2e-2))
+    trainer = ACPOTrainer(model, toy_reward, args=args, train_dataset=toy_dataset(32), processing_class=tokenizer)
+    trainer.train()
+
+    moved = [n for n, p in trainer.model.named_parameters() if not torch.equal(p.detach(), before[n])]
+    assert moved, "no parameter changed"
+    logs = [entry for entry in trainer.state.log_history if "policy_loss" in entry]
+    assert len(logs) == 8
+    assert all(math.isfinite(entry["policy_loss"]) for entry in logs)
+    for b in range(5):
+        assert all(f"acpo/bin{b}/{name}" in logs[0] for name in ("eps", "std", "token_frac", "clip_frac_pos",
+                                                                  "clip_frac_neg"))
+    # First update of each rollout (steps 1, 5): ratio == 1, every bin sits at the base. Later updates: the
+    # policy has moved and some bin's range has widened.
+    eps = [[entry[f"acpo/bin{b}/eps"] for b in range(5) if entry.get(f"acpo/bin{b}/token_frac")] for entry in logs]
+    assert all(e == pytest.approx(0.2, abs=1e-3) for e in eps[0])
+    assert any(e > 0.21 for step in eps[1:4] + eps[5:] for e in step)
