@@ -5,7 +5,7 @@ Rule: take the LAST ``<answer>...</answer>`` of the completion; the equation may
 ``target`` within 1e-5. Then the reward is 1.0; an answer block that fails any check scores ``format_score``
 (0.0 in the ACPO paper, 0.1 in TinyZero); no answer block scores 0.0.
 
-The equation is tokenised and parsed here (recursive descent, exact ``Fraction`` arithmetic, unary ``+``/``-``
+The equation is tokenised and parsed here (recursive descent, exact integer/``Fraction`` arithmetic, unary ``+``/``-``
 as in Python) and never passed to ``eval``. Length and nesting are bounded and division by zero fails the
 answer, so no completion can raise, hang or run code.
 """
@@ -24,7 +24,7 @@ MAX_DEPTH = 100  # nested parentheses / unary signs
 
 _OPEN, _CLOSE = "<answer>", "</answer>"
 _ALLOWED = re.compile(r"[0-9+\-*/() \t\r\n]*")
-_TOKEN = re.compile(r"\s*(?:([0-9]+)|(.))")
+_TOKEN = re.compile(r"[0-9]+|\S")
 _INTEGER = re.compile(r"[0-9]+")
 
 
@@ -34,49 +34,48 @@ class _Invalid(Exception):
 
 class _Parser:
     """Recursive descent over ``expr := term (("+"|"-") term)*``, ``term := factor (("*"|"/") factor)*``,
-    ``factor := ("+"|"-") factor | INTEGER | "(" expr ")"``, evaluated on the fly with Fractions."""
+    ``factor := ("+"|"-") factor | INTEGER | "(" expr ")"``, evaluated on the fly, exactly: integers, and
+    Fractions once a division is inexact."""
 
     def __init__(self, equation: str):
-        self.tokens = [int(num) if num else op for num, op in _TOKEN.findall(equation.rstrip())]
+        self.tokens = _TOKEN.findall(equation)
+        self.tokens.append("")  # end marker
         self.pos = 0
         self.depth = 0
 
-    def peek(self):
-        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
-
-    def parse(self) -> Fraction:
+    def parse(self) -> int | Fraction:
         value = self.expr()
-        if self.pos != len(self.tokens):
+        if self.tokens[self.pos]:
             raise _Invalid
         return value
 
-    def expr(self) -> Fraction:
+    def expr(self) -> int | Fraction:
         value = self.term()
-        while self.peek() in ("+", "-"):
-            op = self.tokens[self.pos]
+        while (op := self.tokens[self.pos]) in ("+", "-"):
             self.pos += 1
             value = value + self.term() if op == "+" else value - self.term()
         return value
 
-    def term(self) -> Fraction:
+    def term(self) -> int | Fraction:
         value = self.factor()
-        while self.peek() in ("*", "/"):
-            op = self.tokens[self.pos]
+        while (op := self.tokens[self.pos]) in ("*", "/"):
             self.pos += 1
             right = self.factor()
             if op == "*":
                 value = value * right
             elif right == 0:
                 raise _Invalid
+            elif type(value) is int and type(right) is int and value % right == 0:
+                value = value // right
             else:
-                value = value / right
+                value = Fraction(value) / right
         return value
 
-    def factor(self) -> Fraction:
-        token = self.peek()
+    def factor(self) -> int | Fraction:
+        token = self.tokens[self.pos]
         self.pos += 1
-        if isinstance(token, int):
-            return Fraction(token)
+        if token.isdigit():
+            return int(token)
         if token not in ("+", "-", "("):
             raise _Invalid
         self.depth += 1
@@ -84,7 +83,7 @@ class _Parser:
             raise _Invalid
         if token == "(":
             value = self.expr()
-            if self.peek() != ")":
+            if self.tokens[self.pos] != ")":
                 raise _Invalid
             self.pos += 1
         else:
@@ -93,7 +92,7 @@ class _Parser:
         return value
 
 
-def evaluate_equation(equation: str) -> Fraction | None:
+def evaluate_equation(equation: str) -> int | Fraction | None:
     """The exact value of an equation over the allowed characters, or None (bad character or syntax, division
     by zero, longer than ``MAX_EQUATION_CHARS``, nested deeper than ``MAX_DEPTH``)."""
     if len(equation) > MAX_EQUATION_CHARS or not _ALLOWED.fullmatch(equation):
@@ -115,13 +114,13 @@ def score_equation(equation: str, nums, target) -> bool:
     """Whether ``equation`` uses exactly the multiset ``nums`` and equals ``target`` within 1e-5."""
     if len(equation) > MAX_EQUATION_CHARS or not _ALLOWED.fullmatch(equation):
         return False
-    if sorted(int(n) for n in _INTEGER.findall(equation)) != sorted(int(n) for n in nums):
+    if sorted(map(int, _INTEGER.findall(equation))) != sorted(map(int, nums)):
         return False
     try:
         value = _Parser(equation).parse()
     except _Invalid:
         return False
-    return abs(value - Fraction(target)) < TOLERANCE
+    return abs(value - (target if type(target) is int else Fraction(target))) < TOLERANCE
 
 
 class CountdownReward:
