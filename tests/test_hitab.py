@@ -98,6 +98,43 @@ def test_linear_citation_stripping_equals_the_official_regex(x):
     assert _strip_citations(x) == _CITATIONS.sub("", x)
 
 
+def official_normalize_item(answer: str):
+    """HiTab's ``naive_str_to_float(answer.strip().lower())`` with WikiTableQuestions' regex ``normalize``."""
+    import unicodedata
+
+    def normalize(x):
+        x = "".join(c for c in unicodedata.normalize("NFKD", x) if unicodedata.category(c) != "Mn")
+        x = re.sub("[‘’´`]", "'", x)
+        x = re.sub("[“”]", '"', x)
+        x = re.sub("[‐‑‒–—−]", "-", x)
+        while True:
+            old_x = x
+            x = _CITATIONS.sub("", x.strip())
+            x = re.sub(r"(?<!^)( \([^)]*\))*$", "", x.strip())
+            x = re.sub(r'^"([^"]*)"$', r"\1", x.strip())
+            if x == old_x:
+                break
+        if x and x[-1] == ".":
+            x = x[:-1]
+        return re.sub(r"\s+", " ", x, flags=re.U).lower().strip()
+
+    string = answer.strip().lower()
+    try:
+        sanitized = string[1:] if string[0] == "(" else string
+        if sanitized[-1] in "%)":
+            sanitized = sanitized[:-1]
+        return float(sanitized.replace(",", ""))
+    except (IndexError, ValueError):
+        return normalize(string)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.text(alphabet='[]1.,%()" aB*•é’–-', max_size=12))
+def test_normalize_item_equals_the_official_rule(x):
+    expected, got = official_normalize_item(x), normalize_item(x)
+    assert type(got) is type(expected) and (got == expected or got != got and expected != expected)
+
+
 def test_normalize_item_numbers():
     assert normalize_item(3) == 3.0 and normalize_item("(12.5%") == 12.5 and normalize_item(" 1,000 ") == 1000.0
     assert normalize_item("N/A") == "n/a"

@@ -92,15 +92,21 @@ class _Parser:
         return value
 
 
-def evaluate_equation(equation: str) -> int | Fraction | None:
-    """The exact value of an equation over the allowed characters, or None (bad character or syntax, division
-    by zero, longer than ``MAX_EQUATION_CHARS``, nested deeper than ``MAX_DEPTH``)."""
-    if len(equation) > MAX_EQUATION_CHARS or not _ALLOWED.fullmatch(equation):
-        return None
+def _well_formed(equation: str) -> bool:
+    return len(equation) <= MAX_EQUATION_CHARS and _ALLOWED.fullmatch(equation) is not None
+
+
+def _value(equation: str) -> int | Fraction | None:
     try:
         return _Parser(equation).parse()
     except _Invalid:
         return None
+
+
+def evaluate_equation(equation: str) -> int | Fraction | None:
+    """The exact value of an equation over the allowed characters, or None (bad character or syntax, division
+    by zero, longer than ``MAX_EQUATION_CHARS``, nested deeper than ``MAX_DEPTH``)."""
+    return _value(equation) if _well_formed(equation) else None
 
 
 def extract_equation(text: str) -> str | None:
@@ -112,15 +118,10 @@ def extract_equation(text: str) -> str | None:
 
 def score_equation(equation: str, nums, target) -> bool:
     """Whether ``equation`` uses exactly the multiset ``nums`` and equals ``target`` within 1e-5."""
-    if len(equation) > MAX_EQUATION_CHARS or not _ALLOWED.fullmatch(equation):
+    if not _well_formed(equation) or sorted(map(int, _INTEGER.findall(equation))) != sorted(map(int, nums)):
         return False
-    if sorted(map(int, _INTEGER.findall(equation))) != sorted(map(int, nums)):
-        return False
-    try:
-        value = _Parser(equation).parse()
-    except _Invalid:
-        return False
-    return abs(value - (target if type(target) is int else Fraction(target))) < TOLERANCE
+    value = _value(equation)
+    return value is not None and abs(value - (target if type(target) is int else Fraction(target))) < TOLERANCE
 
 
 class CountdownReward:
