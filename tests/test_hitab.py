@@ -162,6 +162,8 @@ def test_linearisation_multi_column_left_header_and_truncation():
 def test_loader_errors_name_the_problem(tmp_path):
     with pytest.raises(FileNotFoundError, match="missing.jsonl"):
         load_hitab(tmp_path / "missing.jsonl", TABLES)
+    with pytest.raises(ValueError, match="max_cells"):
+        load_hitab(SAMPLES, TABLES, max_cells=0)
     with pytest.raises(FileNotFoundError, match="tables folder"):
         load_hitab(SAMPLES, tmp_path / "nowhere")
     with pytest.raises(FileNotFoundError, match="'100'.*tables_dir"):

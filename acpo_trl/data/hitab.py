@@ -144,6 +144,8 @@ def load_hitab(samples, tables_dir, template: str = "base", max_cells: int = DEF
     dataset id with the same fields (loaded with ``datasets.load_dataset(samples, split=split)``).
     ``tables_dir``: the folder of ``<table_id>.json`` files. ``template``: "base" or "chat" (``build_prompt``).
     """
+    if max_cells < 1:
+        raise ValueError(f"`max_cells` must be >= 1 (values of a table shown in the prompt), got {max_cells}.")
     tables_dir = Path(tables_dir)
     if not tables_dir.is_dir():
         raise FileNotFoundError(
