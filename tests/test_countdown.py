@@ -107,7 +107,7 @@ def test_hostile_equations_score_zero_fast(equation):
     start = time.perf_counter()
     assert evaluate_equation(equation) is None
     assert score(equation, 3, [1, 2]) == 0.0
-    assert time.perf_counter() - start < 0.05
+    assert time.perf_counter() - start < 0.25
     assert not Path("/tmp/pwned_countdown").exists()
 
 
@@ -115,7 +115,7 @@ def test_hostile_completions_score_zero():
     completions = ["<answer>" * 50_000, "</answer>" * 50_000, "<answer>" + "(" * 100_000 + "</answer>", "", None, 3]
     start = time.perf_counter()
     assert countdown_reward(None, completions, [3] * 6, [[1, 2]] * 6) == [0.0] * 6
-    assert time.perf_counter() - start < 0.5
+    assert time.perf_counter() - start < 1.0
 
 
 def test_prompt_is_tinyzero_style():
