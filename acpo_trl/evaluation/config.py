@@ -1,0 +1,134 @@
+"""``EvalConfig``: every setting of an evaluation run (``acpo-eval`` flags and the ``evaluate`` Python API)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .generation import SamplingSettings
+
+BACKENDS = ("auto", "vllm", "transformers")
+
+
+@dataclass
+class EvalConfig:
+    r"""
+    Settings of an evaluation run: which model, which benchmarks, how to sample, where to write.
+
+    Parameters:
+        model_name_or_path (`str`):
+            Hub id or local path of the model to evaluate.
+        adapter_path (`str` or `None`, *optional*):
+            Folder of a PEFT LoRA adapter to apply on top of the model.
+        benchmarks (`list[str]`, *optional*, defaults to `["math500"]`):
+            Benchmarks: `math500`, `aime24`, `aime25`, `amc23`, `minerva`, `olympiadbench`, `hitab`, `countdown`, each
+            optionally as `NAME=PATH` to read that benchmark from a local file (for `hitab`: the samples jsonl, with
+            its tables beside it or in `hitab_tables_dir`).
+        data_dir (`str` or `None`, *optional*):
+            Folder laid out like the project's offline data (`math_eval/<set>/test.jsonl`, `hitab/`, `countdown/`):
+            benchmarks without `=PATH` are read from it (otherwise: the math sets shipped with the package, Countdown's
+            test rows from the Hub; HiTab needs local files).
+        hitab_tables_dir (`str` or `None`, *optional*):
+            Folder of HiTab `<table_id>.json` tables (default: `tables/raw`, else `tables`, beside the samples file).
+        limit (`int` or `None`, *optional*):
+            Evaluate only the first `limit` problems of each benchmark.
+        template (`str`, *optional*, defaults to `"base"`):
+            Prompt template: `"base"` (the ACPO paper's plain-text prompt) or `"chat"` (one user turn through the
+            model's chat template, the Δlog p paper's protocol).
+        k (`int`, *optional*, defaults to `8`):
+            Samples per problem in total (avg@k), split evenly over `seeds`.
+        seeds (`list[int]`, *optional*, defaults to `[0]`):
+            Sampling seeds; each gives `k / len(seeds)` samples per problem (avg@32 = 8 seeds x 4 samples).
+        pass_k (`list[int]` or `None`, *optional*):
+            The j of the reported pass@j values (default: `[k]`); each must be <= `k`.
+        temperature (`float`, *optional*, defaults to `1.0`):
+            Sampling temperature; 0 is greedy decoding.
+        top_p (`float`, *optional*, defaults to `1.0`):
+            Nucleus sampling mass.
+        max_tokens (`int`, *optional*, defaults to `4096`):
+            Maximum completion length in tokens; longer completions are cut and count as truncated.
+        backend (`str`, *optional*, defaults to `"auto"`):
+            `"vllm"`, `"transformers"`, or `"auto"` (vLLM when it is installed and a GPU is present).
+        batch_size (`int` or `None`, *optional*):
+            Problems per generation call, and per write to disk (default: 8 with transformers, 256 with vLLM).
+            The transformers backend's samples depend on it (batch composition), so resuming requires the same value.
+        dtype (`str`, *optional*, defaults to `"auto"`):
+            Model weights dtype (`"auto"`, `"bfloat16"`, `"float32"`, ...).
+        device (`str` or `None`, *optional*):
+            Device of the transformers backend (default: `cuda` when available, else `cpu`).
+        tensor_parallel_size (`int`, *optional*, defaults to `1`):
+            vLLM tensor parallel degree.
+        gpu_memory_utilization (`float`, *optional*, defaults to `0.9`):
+            Fraction of GPU memory vLLM may use.
+        max_model_len (`int` or `None`, *optional*):
+            vLLM context length (default: the model's).
+        output_dir (`str`, *optional*, defaults to `"eval_results"`):
+            Where `samples.jsonl` (resumable progress), `results.json` (metrics and every sample) and `results.md`
+            (the table) go. Rerunning with the same settings resumes.
+        overwrite (`bool`, *optional*, defaults to `False`):
+            Discard the samples already in `output_dir` instead of resuming.
+    """
+
+    model_name_or_path: str = field(metadata={"help": "Hub id or local path of the model to evaluate."})
+    adapter_path: str | None = field(default=None, metadata={"help": "Folder of a PEFT LoRA adapter to apply."})
+    benchmarks: list[str] = field(
+        default_factory=lambda: ["math500"],
+        metadata={"help": "Benchmarks (math500 aime24 aime25 amc23 minerva olympiadbench hitab countdown), each "
+                  "optionally NAME=PATH to read a local file."},
+    )
+    data_dir: str | None = field(
+        default=None, metadata={"help": "Folder laid out like the project's offline data; else the Hub is used."}
+    )
+    hitab_tables_dir: str | None = field(
+        default=None, metadata={"help": "HiTab tables folder (default: tables/raw or tables beside the samples)."}
+    )
+    limit: int | None = field(default=None, metadata={"help": "Only the first `limit` problems of each benchmark."})
+    template: str = field(default="base", metadata={"help": "Prompt template: base or chat."})
+    k: int = field(default=8, metadata={"help": "Samples per problem in total (avg@k), split over seeds."})
+    seeds: list[int] = field(default_factory=lambda: [0], metadata={"help": "Sampling seeds (k / len(seeds) each)."})
+    pass_k: list[int] | None = field(default=None, metadata={"help": "The j of reported pass@j (default: k)."})
+    temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (0 = greedy)."})
+    top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass."})
+    max_tokens: int = field(default=4096, metadata={"help": "Maximum completion tokens."})
+    backend: str = field(default="auto", metadata={"help": "vllm, transformers, or auto (vLLM if installed + GPU)."})
+    batch_size: int | None = field(
+        default=None, metadata={"help": "Problems per generation call (default 8 transformers, 256 vLLM)."}
+    )
+    dtype: str = field(default="auto", metadata={"help": "Model dtype: auto, bfloat16, float32, ..."})
+    device: str | None = field(default=None, metadata={"help": "transformers backend device (default cuda/cpu)."})
+    tensor_parallel_size: int = field(default=1, metadata={"help": "vLLM tensor parallel degree."})
+    gpu_memory_utilization: float = field(default=0.9, metadata={"help": "vLLM GPU memory fraction."})
+    max_model_len: int | None = field(default=None, metadata={"help": "vLLM context length."})
+    output_dir: str = field(default="eval_results", metadata={"help": "Folder of samples.jsonl/results.json/.md."})
+    overwrite: bool = field(default=False, metadata={"help": "Start afresh instead of resuming."})
+
+    def __post_init__(self):
+        if self.k < 1:
+            raise ValueError(f"`k` (samples per problem) must be >= 1, got {self.k}.")
+        if not self.seeds or len(set(self.seeds)) != len(self.seeds):
+            raise ValueError(f"`seeds` must be a non-empty list of distinct integers, got {self.seeds}.")
+        if self.k % len(self.seeds):
+            raise ValueError(
+                f"`k` ({self.k}) must be a multiple of the number of `seeds` ({len(self.seeds)}): each seed gives "
+                "k / len(seeds) samples per problem."
+            )
+        if any(not 1 <= j <= self.k for j in self.pass_k or []):
+            raise ValueError(f"Every `pass_k` value must be in [1, k={self.k}], got {self.pass_k}.")
+        if self.backend not in BACKENDS:
+            raise ValueError(f"`backend` must be one of {BACKENDS}, got {self.backend!r}.")
+        if self.template not in ("base", "chat"):
+            raise ValueError(f"`template` must be 'base' or 'chat', got {self.template!r}.")
+        if not self.benchmarks:
+            raise ValueError("`benchmarks` is empty: name at least one (e.g. --benchmarks math500 aime24).")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"`limit` must be >= 1 (or None for all problems), got {self.limit}.")
+        if self.batch_size is not None and self.batch_size < 1:
+            raise ValueError(f"`batch_size` must be >= 1, got {self.batch_size}.")
+        self.sampling  # validates temperature, top_p, max_tokens
+
+    @property
+    def sampling(self) -> SamplingSettings:
+        return SamplingSettings(temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens)
+
+    @property
+    def samples_per_seed(self) -> int:
+        return self.k // len(self.seeds)

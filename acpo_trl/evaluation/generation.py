@@ -1,0 +1,252 @@
+"""Generation backends for evaluation: vLLM (batched GPU inference) and transformers (left-padded batched
+``generate`` with KV cache). Both take token-id prompts and return the same [`Generation`] records.
+
+Prompts are tokenised as TRL's ``GRPOTrainer`` does (``tokenize_prompt``), so a checkpoint is evaluated on
+exactly the token sequences it was trained on. Sampling uses only temperature and top-p (no top-k, no
+repetition penalty, whatever the checkpoint's ``generation_config`` says), as in the papers' protocol.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One sampled completion: its decoded ``text`` (special tokens skipped), ``num_tokens`` (EOS included) and
+    whether it was ``truncated`` by the token limit (no EOS)."""
+
+    text: str
+    num_tokens: int
+    truncated: bool
+
+
+@dataclass(frozen=True)
+class SamplingSettings:
+    """Decoding settings shared by the backends. ``temperature == 0`` means greedy decoding."""
+
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_tokens: int = 1024
+
+    def __post_init__(self):
+        if self.temperature < 0:
+            raise ValueError(f"`temperature` must be >= 0 (0 = greedy), got {self.temperature}.")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"`top_p` must be in (0, 1], got {self.top_p}.")
+        if self.max_tokens < 1:
+            raise ValueError(f"`max_tokens` must be >= 1, got {self.max_tokens}.")
+
+
+def derive_seed(*parts: Any) -> int:
+    """A 31-bit seed from any parts (stable across processes and Python versions, unlike ``hash``)."""
+    digest = hashlib.sha256("/".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+
+def render_prompt(tokenizer, prompt) -> str:
+    """The prompt as text: a plain string as is, a conversation through the tokenizer's chat template."""
+    if isinstance(prompt, str):
+        return prompt
+    return tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=False)
+
+
+def tokenize_prompt(tokenizer, prompt) -> list[int]:
+    """Token ids of a prompt, as ``GRPOTrainer`` builds them (chat template for conversations, plain
+    tokenisation with the tokenizer's special tokens for strings)."""
+    if isinstance(prompt, str):
+        return list(tokenizer(prompt)["input_ids"])
+    if tokenizer.chat_template is None:
+        raise ValueError(
+            "A conversational prompt (template='chat') needs a tokenizer with a chat template; this tokenizer has "
+            "none. Use template='base' or a chat model."
+        )
+    ids = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True, return_dict=True)
+    return list(ids["input_ids"])
+
+
+class TransformersBackend:
+    """Batched sampling with ``model.generate`` (left padding, KV cache), deterministic given the seed.
+
+    One call samples ``num_samples`` completions for each prompt of the batch. The global RNG state is restored
+    afterwards (so that evaluating during training leaves the training randomness untouched), and so is the
+    model's train/eval mode.
+    """
+
+    name = "transformers"
+
+    def __init__(self, model, tokenizer, settings: SamplingSettings):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.settings = settings
+        eos = model.generation_config.eos_token_id
+        eos = set(eos if isinstance(eos, (list, tuple)) else [eos] if eos is not None else [])
+        if tokenizer.eos_token_id is not None:
+            eos.add(tokenizer.eos_token_id)
+        if not eos:
+            raise ValueError("The model has no EOS token (generation_config.eos_token_id and tokenizer.eos_token_id).")
+        self.eos_token_ids = sorted(eos)
+        self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_ids[0]
+
+    def _generation_config(self, num_samples: int):
+        from transformers import GenerationConfig
+
+        sampling = {"do_sample": False}
+        if self.settings.temperature > 0:
+            sampling = {
+                "do_sample": True,
+                "temperature": self.settings.temperature,
+                "top_p": self.settings.top_p,
+                "top_k": 0,
+            }
+        return GenerationConfig(
+            max_new_tokens=self.settings.max_tokens,
+            repetition_penalty=1.0,
+            num_return_sequences=num_samples,
+            eos_token_id=self.eos_token_ids,
+            pad_token_id=self.pad_token_id,
+            use_cache=True,
+            **sampling,
+        )
+
+    def generate(self, prompt_ids: list[list[int]], num_samples: int, seed: int) -> list[list[Generation]]:
+        """``num_samples`` completions for each prompt (a list per prompt), sampled with ``seed`` (greedy decoding
+        runs once per prompt and repeats its completion)."""
+        import torch
+
+        model = self.model
+        greedy = self.settings.temperature == 0
+        per_call = 1 if greedy else num_samples
+        width = max(len(ids) for ids in prompt_ids)
+        input_ids = torch.tensor([[self.pad_token_id] * (width - len(ids)) + ids for ids in prompt_ids])
+        attention_mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompt_ids])
+        device = model.device
+        rng_devices = [device.index or 0] if device.type != "cpu" else []
+        was_training = model.training
+        model.eval()
+        try:
+            with torch.random.fork_rng(devices=rng_devices, device_type=device.type), torch.inference_mode():
+                torch.manual_seed(seed)
+                output = model.generate(
+                    input_ids=input_ids.to(device),
+                    attention_mask=attention_mask.to(device),
+                    generation_config=self._generation_config(per_call),
+                )
+        finally:
+            model.train(was_training)
+        generations = [self._to_generation(ids) for ids in output[:, width:].tolist()]
+        if greedy:
+            return [[g] * num_samples for g in generations]
+        return [generations[i * num_samples : (i + 1) * num_samples] for i in range(len(prompt_ids))]
+
+    def _to_generation(self, ids: list[int]) -> Generation:
+        end = next((i for i, t in enumerate(ids) if t in self.eos_token_ids), None)
+        kept = ids if end is None else ids[: end + 1]
+        text = self.tokenizer.decode(kept, skip_special_tokens=True)
+        return Generation(text=text, num_tokens=len(kept), truncated=end is None)
+
+
+def _adapter_rank(adapter_path: str) -> int:
+    config = Path(adapter_path) / "adapter_config.json"
+    if not config.is_file():
+        raise FileNotFoundError(f"`adapter_path` {adapter_path} has no adapter_config.json (a PEFT LoRA adapter folder).")
+    return int(json.loads(config.read_text())["r"])
+
+
+class VLLMBackend:
+    """Batched sampling with vLLM (optionally tensor parallel, optionally with a LoRA adapter).
+
+    Each prompt gets its own seed derived from the batch seed, so results do not depend on how vLLM schedules the
+    batch. vLLM's use of the checkpoint's generation defaults is turned off (``generation_config="vllm"``).
+    """
+
+    name = "vllm"
+
+    def __init__(
+        self,
+        model_name_or_path: str,
+        tokenizer,
+        settings: SamplingSettings,
+        adapter_path: str | None = None,
+        tensor_parallel_size: int = 1,
+        gpu_memory_utilization: float = 0.9,
+        dtype: str = "auto",
+        max_model_len: int | None = None,
+        seed: int = 0,
+    ):
+        from vllm import LLM
+
+        self.tokenizer = tokenizer
+        self.settings = settings
+        lora_kwargs = {}
+        self.lora_request = None
+        if adapter_path is not None:
+            from vllm.lora.request import LoRARequest
+
+            lora_kwargs = {"enable_lora": True, "max_lora_rank": _adapter_rank(adapter_path)}
+            self.lora_request = LoRARequest("adapter", 1, adapter_path)
+        self.llm = LLM(
+            model=model_name_or_path,
+            tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            dtype=dtype,
+            max_model_len=max_model_len,
+            seed=seed,
+            generation_config="vllm",
+            **lora_kwargs,
+        )
+
+    def generate(self, prompt_ids: list[list[int]], num_samples: int, seed: int) -> list[list[Generation]]:
+        """``num_samples`` completions for each prompt (a list per prompt), sampled with ``seed``."""
+        from vllm import SamplingParams
+
+        params = [
+            SamplingParams(
+                n=num_samples,
+                temperature=self.settings.temperature,
+                top_p=self.settings.top_p,
+                max_tokens=self.settings.max_tokens,
+                seed=derive_seed(seed, i),
+            )
+            for i in range(len(prompt_ids))
+        ]
+        outputs = self.llm.generate(
+            [{"prompt_token_ids": ids} for ids in prompt_ids],
+            sampling_params=params,
+            lora_request=self.lora_request,
+            use_tqdm=False,
+        )
+        return [
+            [
+                Generation(text=o.text, num_tokens=len(o.token_ids), truncated=o.finish_reason == "length")
+                for o in request.outputs
+            ]
+            for request in outputs
+        ]
+
+
+def load_model_and_tokenizer(
+    model_name_or_path: str, adapter_path: str | None = None, dtype: str = "auto", device: str | None = None
+):
+    """A causal LM for the transformers backend (a LoRA adapter merged in) and its tokenizer (the adapter
+    folder's tokenizer when it has one, as TRL saves it there, else the model's)."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    if dtype != "auto" and not isinstance(getattr(torch, dtype, None), torch.dtype):
+        raise ValueError(f"`dtype` must be 'auto' or a torch dtype name such as 'bfloat16', got {dtype!r}.")
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model = AutoModelForCausalLM.from_pretrained(model_name_or_path, dtype=dtype)
+    tokenizer_source = model_name_or_path
+    if adapter_path is not None:
+        from peft import PeftModel
+
+        model = PeftModel.from_pretrained(model, adapter_path).merge_and_unload()
+        if (Path(adapter_path) / "tokenizer_config.json").is_file():
+            tokenizer_source = adapter_path
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_source)
+    return model.to(device).eval(), tokenizer

@@ -1,0 +1,252 @@
+"""Evaluation runs: sample ``k`` completions per problem, score them with the benchmark's reward, report metrics.
+
+``sample_benchmark`` is the core (also used by the in-training callback): problems are cut into fixed batches of
+``batch_size``; each (batch, seed) pair is one generation call seeded by ``derive_seed(seed, benchmark, batch)``,
+so the samples do not depend on which batches were already done (a resumed run equals an uninterrupted one).
+``evaluate`` adds model loading, the resumable store and the output files.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from .benchmarks import Benchmark, load_benchmark
+from .config import EvalConfig
+from .generation import derive_seed, render_prompt, tokenize_prompt
+from .metrics import macro_average, summarize
+from .report import markdown_table
+from .store import SampleStore, record_key
+
+logger = logging.getLogger(__name__)
+
+RESULTS_JSON = "results.json"
+RESULTS_MD = "results.md"
+
+
+def _as_completion(prompt, text: str):
+    """A completion in the prompt's format, as ``GRPOTrainer`` hands it to rewards."""
+    return text if isinstance(prompt, str) else [{"role": "assistant", "content": text}]
+
+
+def score_generations(benchmark: Benchmark, rows: Sequence[dict], generations: Sequence[Sequence]) -> list[list[float]]:
+    """Scores of ``generations[i][j]`` (sample j of dataset row ``rows[i]``) by the benchmark's reward, called
+    once for the whole batch with every dataset column repeated per completion, as in training."""
+    prompts, completions, columns = [], [], {}
+    for row, samples in zip(rows, generations):
+        for sample in samples:
+            prompts.append(row["prompt"])
+            completions.append(_as_completion(row["prompt"], sample.text))
+            for key, value in row.items():
+                if key != "prompt":
+                    columns.setdefault(key, []).append(value)
+    scores = benchmark.reward_func(prompts=prompts, completions=completions, **columns)
+    if len(scores) != len(completions):
+        raise ValueError(f"The {benchmark.name} reward returned {len(scores)} scores for {len(completions)} completions.")
+    if None in scores:
+        raise ValueError(
+            f"The {benchmark.name} reward returned None (\"not applicable\") for some samples: the benchmark's data "
+            "lacks what its reward needs (e.g. a gold answer). Check the benchmark file."
+        )
+    flat = iter(float(s) for s in scores)
+    return [[next(flat) for _ in samples] for samples in generations]
+
+
+def sample_benchmark(
+    benchmark: Benchmark,
+    backend,
+    samples_per_seed: int,
+    seeds: Sequence[int],
+    batch_size: int,
+    skip: Callable[[tuple[str, int, int]], bool] = lambda key: False,
+    on_batch: Callable[[list[dict]], None] = lambda records: None,
+    progress: bool = True,
+) -> list[dict]:
+    """Sample and score every problem of ``benchmark`` for every seed.
+
+    Returns one record per (problem, seed): ``benchmark``, ``index``, ``seed``, ``prompt`` (rendered text) and
+    ``samples`` (``completion``, ``score``, ``num_tokens``, ``truncated``). Batches whose every key
+    ``(benchmark, index, seed)`` satisfies ``skip`` are not generated (nor returned); ``on_batch`` receives each new
+    batch's records as soon as they are scored.
+    """
+    from tqdm.auto import tqdm
+
+    dataset = benchmark.dataset
+    starts = range(0, len(dataset), batch_size)
+    jobs = [(start, seed) for start in starts for seed in seeds]
+    todo = [
+        (start, seed)
+        for start, seed in jobs
+        if not all(skip((benchmark.name, i, seed)) for i in range(start, min(start + batch_size, len(dataset))))
+    ]
+    tokenizer = backend.tokenizer
+    records = []
+    bar = tqdm(total=len(jobs), initial=len(jobs) - len(todo), desc=benchmark.name, unit="batch", disable=not progress)
+    for start, seed in todo:
+        indices = range(start, min(start + batch_size, len(dataset)))
+        rows = [dataset[i] for i in indices]
+        prompt_ids = [tokenize_prompt(tokenizer, row["prompt"]) for row in rows]
+        generations = backend.generate(prompt_ids, samples_per_seed, derive_seed(seed, benchmark.name, start))
+        scores = score_generations(benchmark, rows, generations)
+        batch = [
+            {
+                "benchmark": benchmark.name,
+                "index": i,
+                "seed": seed,
+                "prompt": render_prompt(tokenizer, row["prompt"]),
+                "columns": {k: v for k, v in row.items() if k != "prompt"},
+                "samples": [
+                    {"completion": g.text, "score": s, "num_tokens": g.num_tokens, "truncated": g.truncated}
+                    for g, s in zip(gens, sample_scores)
+                ],
+            }
+            for i, row, gens, sample_scores in zip(indices, rows, generations, scores)
+        ]
+        on_batch(batch)
+        records.extend(batch)
+        bar.update(1)
+    bar.close()
+    return records
+
+
+def group_problems(records: Iterable[dict], seeds: Sequence[int]) -> dict[str, list[dict]]:
+    """Per benchmark, one entry per problem (in index order) with its samples of every seed (in ``seeds`` order,
+    each sample tagged with its ``seed``). Problems missing a seed are left out."""
+    by_key = {record_key(r): r for r in records}
+    problems: dict[str, list[dict]] = {}
+    for benchmark, index in sorted({(b, i) for b, i, _ in by_key}):
+        parts = [by_key.get((benchmark, index, seed)) for seed in seeds]
+        if None in parts:
+            continue
+        problems.setdefault(benchmark, []).append(
+            {
+                "benchmark": benchmark,
+                "index": index,
+                "prompt": parts[0]["prompt"],
+                "columns": parts[0]["columns"],
+                "samples": [{"seed": p["seed"], **s} for p in parts for s in p["samples"]],
+            }
+        )
+    return problems
+
+
+def compute_metrics(problems: dict[str, list[dict]], pass_k: Sequence[int] = ()) -> dict[str, dict]:
+    """``metrics.summarize`` of each benchmark's problems."""
+    return {name: summarize([p["samples"] for p in items], pass_k) for name, items in problems.items()}
+
+
+def build_backend(config: EvalConfig):
+    """The generation backend ``config`` asks for (``auto``: vLLM when installed and a GPU is present)."""
+    import torch
+    from trl.import_utils import is_vllm_available
+
+    backend = config.backend
+    if backend == "auto":
+        backend = "vllm" if is_vllm_available() and torch.cuda.is_available() else "transformers"
+    if backend == "vllm":
+        if not is_vllm_available():
+            raise ImportError("backend='vllm' needs vLLM: pip install 'acpo_trl[vllm]' (or use --backend transformers).")
+        from transformers import AutoTokenizer
+
+        from .generation import VLLMBackend
+
+        tokenizer_source = config.model_name_or_path
+        if config.adapter_path and (Path(config.adapter_path) / "tokenizer_config.json").is_file():
+            tokenizer_source = config.adapter_path
+        return VLLMBackend(
+            config.model_name_or_path,
+            AutoTokenizer.from_pretrained(tokenizer_source),
+            config.sampling,
+            adapter_path=config.adapter_path,
+            tensor_parallel_size=config.tensor_parallel_size,
+            gpu_memory_utilization=config.gpu_memory_utilization,
+            dtype=config.dtype,
+            max_model_len=config.max_model_len,
+            seed=config.seeds[0],
+        )
+    from .generation import TransformersBackend, load_model_and_tokenizer
+
+    model, tokenizer = load_model_and_tokenizer(config.model_name_or_path, config.adapter_path, config.dtype, config.device)
+    return TransformersBackend(model, tokenizer, config.sampling)
+
+
+def _run_settings(config: EvalConfig, backend_name: str, batch_size: int) -> dict:
+    """The settings the samples depend on (a resumed run must match them); benchmarks and limit may change."""
+    return {
+        "model_name_or_path": config.model_name_or_path,
+        "adapter_path": config.adapter_path,
+        "template": config.template,
+        "k": config.k,
+        "seeds": config.seeds,
+        "temperature": config.temperature,
+        "top_p": config.top_p,
+        "max_tokens": config.max_tokens,
+        "backend": backend_name,
+        "batch_size": batch_size,
+        "dtype": config.dtype,
+    }
+
+
+def evaluate(config: EvalConfig, backend=None, progress: bool = True) -> dict:
+    """Run (or resume) the evaluation ``config`` describes and write ``results.json`` and ``results.md``.
+
+    Args:
+        config: the run's settings.
+        backend: a ready generation backend (e.g. a ``TransformersBackend`` around an in-memory model); by default
+            one is built from ``config``.
+        progress: show progress bars.
+
+    Returns:
+        ``{"settings", "metrics": {benchmark: {...}}, "macro_average", "table"}``; ``results.json`` holds the same
+        plus ``problems`` (every problem with its prompt, gold columns and samples).
+    """
+    benchmarks = [
+        load_benchmark(spec, config.template, config.data_dir, config.hitab_tables_dir, config.limit)
+        for spec in config.benchmarks
+    ]
+    names = [b.name for b in benchmarks]
+    if len(set(names)) != len(names):
+        raise ValueError(f"`benchmarks` names a benchmark twice: {config.benchmarks}.")
+    backend = backend or build_backend(config)
+    batch_size = config.batch_size or (256 if backend.name == "vllm" else 8)
+    settings = _run_settings(config, backend.name, batch_size)
+    store = SampleStore(config.output_dir, settings, overwrite=config.overwrite)
+    for benchmark in benchmarks:
+        sample_benchmark(
+            benchmark,
+            backend,
+            config.samples_per_seed,
+            config.seeds,
+            batch_size,
+            skip=store.__contains__,
+            on_batch=store.append,
+            progress=progress,
+        )
+    wanted = {(b.name, i) for b in benchmarks for i in range(len(b.dataset))}
+    records = [r for r in store.records.values() if (r["benchmark"], r["index"]) in wanted]
+    problems = group_problems(records, config.seeds)
+    metrics = compute_metrics({name: problems[name] for name in names}, config.pass_k or ())
+    result = {
+        "settings": {**settings, "benchmarks": config.benchmarks, "limit": config.limit},
+        "metrics": metrics,
+        "macro_average": macro_average(metrics),
+        "table": markdown_table(metrics),
+    }
+    output_dir = Path(config.output_dir)
+    full = {**result, "problems": [p for name in names for p in problems[name]]}
+    (output_dir / RESULTS_JSON).write_text(json.dumps(full, indent=1, ensure_ascii=False, default=str) + "\n")
+    (output_dir / RESULTS_MD).write_text(_markdown_report(config, result))
+    return result
+
+
+def _markdown_report(config: EvalConfig, result: dict) -> str:
+    decoding = f"T={config.temperature}, top-p={config.top_p}, max {config.max_tokens} tokens"
+    seeds = f"{config.samples_per_seed} samples x seeds {config.seeds}"
+    return (
+        f"# Evaluation of `{config.model_name_or_path}`"
+        + (f" + adapter `{config.adapter_path}`" if config.adapter_path else "")
+        + f"\n\nk={config.k} ({seeds}), {decoding}, template `{config.template}`, backend "
+        f"`{result['settings']['backend']}`.\n\n{result['table']}"
+    )
