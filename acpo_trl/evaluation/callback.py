@@ -1,0 +1,131 @@
+"""``EvalCallback``: periodic avg@k / pass@k on small held-out sets during ``GRPOTrainer`` training (any subclass).
+
+Every ``eval_steps`` optimizer steps the trainer's current model samples ``k`` completions per problem with the
+transformers backend (seeded, the same seed at every evaluation, so successive numbers differ by the model only),
+scores them with the benchmark's reward and logs ``eval/<benchmark>/<metric>`` (plus ``eval/macro/<metric>`` over
+several benchmarks) through the trainer's log, so every ``report_to`` integration receives them. The training
+RNG state and the model's train mode are left as they were. With several processes each one evaluates a shard of
+the problems and the samples are gathered before the metrics are computed.
+
+Usage (TRL's pattern for callbacks that need the trainer):
+
+    trainer = ACPOTrainer(...)
+    trainer.add_callback(EvalCallback(trainer, ["math500", "aime24"], eval_steps=50, k=4, limit=64,
+                                      data_dir="data", template="base"))
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from transformers import Trainer, TrainerCallback
+
+from .benchmarks import Benchmark, load_benchmark
+from .generation import SamplingSettings, TransformersBackend
+from .metrics import macro_average, summarize
+from .runner import sample_benchmark
+
+_LOGGED = ("num_problems", "k")  # bookkeeping, not logged
+
+
+class EvalCallback(TrainerCallback):
+    """Evaluate the trainer's model on held-out benchmarks every ``eval_steps`` steps and log the metrics.
+
+    Args:
+        trainer: the ``GRPOTrainer`` (or subclass) it is attached to.
+        benchmarks: [`Benchmark`] objects, or benchmark specs (``"math500"``, ``"countdown=path.jsonl"``) loaded with
+            ``template``, ``data_dir`` and ``limit``.
+        eval_steps: evaluate when ``global_step`` is a multiple of it.
+        k: samples per problem.
+        temperature: sampling temperature (0: greedy).
+        top_p: nucleus mass.
+        max_tokens: completion token limit (default: the trainer's ``max_completion_length``).
+        seed: sampling seed, the same at every evaluation.
+        batch_size: problems per ``generate`` call.
+        eval_on_start: also evaluate before the first step (the starting point of the curves).
+        template, data_dir, limit: how benchmark specs given as strings are loaded.
+    """
+
+    def __init__(
+        self,
+        trainer: Trainer,
+        benchmarks: Sequence[Benchmark | str],
+        eval_steps: int,
+        k: int = 1,
+        temperature: float = 0.0,
+        top_p: float = 1.0,
+        max_tokens: int | None = None,
+        seed: int = 0,
+        batch_size: int = 8,
+        eval_on_start: bool = False,
+        template: str = "base",
+        data_dir: str | None = None,
+        limit: int | None = None,
+    ):
+        if eval_steps < 1:
+            raise ValueError(f"`eval_steps` must be >= 1, got {eval_steps}.")
+        if k < 1 or batch_size < 1:
+            raise ValueError(f"`k` and `batch_size` must be >= 1, got k={k}, batch_size={batch_size}.")
+        self.trainer = trainer
+        self.benchmarks = [
+            b if isinstance(b, Benchmark) else load_benchmark(b, template, data_dir, limit=limit) for b in benchmarks
+        ]
+        if not self.benchmarks:
+            raise ValueError("`benchmarks` is empty: give at least one held-out set.")
+        max_tokens = max_tokens or getattr(trainer.args, "max_completion_length", None) or 256
+        self.sampling = SamplingSettings(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
+        self.eval_steps = eval_steps
+        self.k = k
+        self.seed = seed
+        self.batch_size = batch_size
+        self.eval_on_start = eval_on_start
+        self._last_step = None
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if self.eval_on_start:
+            self._evaluate(state, control)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step % self.eval_steps == 0:
+            self._evaluate(state, control)
+
+    def evaluate(self) -> dict[str, float]:
+        """The metrics of the trainer's current model, as they are logged (``eval/<benchmark>/<metric>``)."""
+        from accelerate.utils import gather_object
+        from trl.models.utils import unwrap_model_for_generation
+
+        trainer = self.trainer
+        accelerator = trainer.accelerator
+        results = {}
+        with unwrap_model_for_generation(
+            trainer.model_wrapped,
+            accelerator,
+            gradient_checkpointing_kwargs=trainer.args.gradient_checkpointing_kwargs,
+        ) as model:
+            backend = TransformersBackend(model, trainer.processing_class, self.sampling)
+            for benchmark in self.benchmarks:
+                shard = Benchmark(
+                    benchmark.name,
+                    benchmark.dataset.shard(accelerator.num_processes, accelerator.process_index, contiguous=True),
+                    benchmark.reward_func,
+                )
+                records = sample_benchmark(shard, backend, self.k, [self.seed], self.batch_size, progress=False)
+                problems = gather_object([r["samples"] for r in records])
+                results[benchmark.name] = summarize(problems)
+        if len(results) > 1:
+            results["macro"] = macro_average(results)
+        return {
+            f"eval/{name}/{key}": value for name, metrics in results.items() for key, value in metrics.items()
+            if key not in _LOGGED
+        }
+
+    def _evaluate(self, state, control) -> None:
+        if state.global_step == self._last_step:  # once per step, even if called twice
+            return
+        self._last_step = state.global_step
+        # Trainer.log, not trainer.log: GRPOTrainer.log would flush (and clear) the training metrics it accumulates
+        # between logging steps into this entry. Logging resets `should_log`, which would drop this step's
+        # regular training log: keep the flag as it was.
+        should_log = control.should_log
+        Trainer.log(self.trainer, self.evaluate())
+        control.should_log = should_log
