@@ -89,7 +89,9 @@ def test_empty_bins_and_masked_tokens_are_finite_and_excluded():
 def test_on_policy_gives_base_everywhere():
     logps, _, mask = random_batch(0)
     eps, stats = acpo_clip_range(logps, logps, mask)
-    assert torch.allclose(eps, torch.full_like(eps, 0.2 + 3.0 * 1e-4))
+    valid = mask.bool()
+    assert torch.allclose(eps[valid], torch.full_like(eps[valid], 0.2 + 3.0 * 1e-4))
+    assert (eps[~valid] == 0).all()  # masked-out tokens have no bin
 
 
 @pytest.mark.parametrize("log_gap", [1e4, -1e4, math.inf, -math.inf])
@@ -112,15 +114,15 @@ def test_no_gradient_flows_through_eps():
 
     adv = torch.randn(logps.shape[0], 1)
     frozen = eps.clone()
-    loss = (clipped_surrogate(importance_ratio(logps, old_logps), adv, eps, eps) * mask).sum()
+    loss = (clipped_surrogate(importance_ratio(logps, old_logps), adv, 1 - eps, 1 + eps).loss * mask).sum()
     (grad,) = torch.autograd.grad(loss, logps)
     logps2 = logps.detach().clone().requires_grad_(True)
-    loss2 = (clipped_surrogate(importance_ratio(logps2, old_logps), adv, frozen, frozen) * mask).sum()
+    loss2 = (clipped_surrogate(importance_ratio(logps2, old_logps), adv, 1 - frozen, 1 + frozen).loss * mask).sum()
     (grad2,) = torch.autograd.grad(loss2, logps2)
     torch.testing.assert_close(grad, grad2)
 
 
-def test_all_reduce_hook_sees_count_sum_sumsq():
+def test_all_reduce_hook_sees_per_bin_sums():
     logps, old_logps, mask = random_batch(3)
     seen = []
 
@@ -130,7 +132,7 @@ def test_all_reduce_hook_sees_count_sum_sumsq():
 
     eps_global, stats_global = acpo_clip_range(logps, old_logps, mask, all_reduce=fake_all_reduce)
     eps_local, stats_local = acpo_clip_range(logps, old_logps, mask)
-    assert seen[0].shape == (3, 5)
+    assert [t.shape for t in seen] == [(2, 5), (5,)]  # (count, sum of r - 1), then sum of squared deviations
     # Duplicating the batch changes counts but neither mean nor population std.
     torch.testing.assert_close(stats_global.count, 2 * stats_local.count)
     torch.testing.assert_close(stats_global.std, stats_local.std)

@@ -69,8 +69,8 @@ def test_acpo_loss_by_hand():
     assert m["acpo/bin0/clip_frac_pos"] == (1.0, 1.0)  # r = 4.5 > 1 + 3
     assert m["acpo/bin0/clip_frac_neg"] == (0.0, 1.0)  # r = 0.5 is not below 1 - 3
     assert m["acpo/bin2/clip_frac_neg"] == (0.0, 1.0)  # r = 5 > 1 + eps is the high side, not a low clip
-    assert m["acpo/bin4/ratio_mean"] == pytest.approx((2.5, 2.0))
-    assert m["acpo/bin1/eps"][0] == pytest.approx(0.2)  # an empty bin reports the base range
+    assert m["acpo/bin4/ratio_mean"] == pytest.approx((1.25, 1.0))
+    assert m["acpo/bin1/eps"] == (0.0, 0.0)  # an empty bin logs nothing (0/0 is dropped by TRL's averaging)
     assert m["acpo/bin1/token_frac"][0] == 0.0
 
 
@@ -117,4 +117,4 @@ def test_global_scope_uses_the_all_reduce():
     get_policy_loss("acpo")(
         PolicyLossInputs(logps, old_logps, adv, mask, all_reduce=all_reduce), acpo_args(acpo_stats_scope="global")
     )
-    assert len(calls) == 1
+    assert len(calls) == 2  # (count, sum) per bin, then the sum of squared deviations per bin

@@ -3,7 +3,7 @@
 Importing this package registers every built-in method.
 """
 
-from .acpo import BinStats, acpo_clip_range, acpo_loss, probability_bins
+from .acpo import BinStats, acpo_clip_range, acpo_loss, bin_clip_range, probability_bins, token_clip_range
 from .aggregation import LOSS_TYPES, aggregate_loss
 from .common import clipped_surrogate, importance_ratio
 from .ppo import ppo_clip_loss
@@ -23,11 +23,13 @@ __all__ = [
     "PolicyLossOutput",
     "acpo_clip_range",
     "acpo_loss",
+    "bin_clip_range",
     "aggregate_loss",
     "clipped_surrogate",
     "get_policy_loss",
     "importance_ratio",
     "ppo_clip_loss",
     "probability_bins",
+    "token_clip_range",
     "register_policy_loss",
 ]

@@ -20,14 +20,14 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from .common import clip_fraction_metrics, clipped_surrogate, importance_ratio
+from .common import clip_ratio_metrics, clipped_surrogate, importance_ratio
 from .registry import Metric, PolicyLossInputs, PolicyLossOutput, register_policy_loss
 
 STD_EPS = 1e-8
 
 
 class BinStats(NamedTuple):
-    """Per-bin statistics of ``acpo_clip_range``, each of shape ``(num_bins,)``.
+    """Per-bin statistics of ``acpo_clip_range``, each of shape ``(num_bins,)``, float64.
 
     ``count``: valid tokens in the bin (summed over processes with global statistics); ``mean``: mean ratio;
     ``std``: sqrt(population variance + 1e-8), 0 for an empty bin; ``eps``: the bin's clip range (an empty bin
@@ -40,12 +40,55 @@ class BinStats(NamedTuple):
     eps: torch.Tensor
 
 
-def probability_bins(logps: torch.Tensor, num_bins: int) -> torch.Tensor:
-    """b = min(floor(K exp(logp)), K - 1): the index of each token's equal-width probability bin on [0, 1]."""
-    return torch.clamp((logps.detach().exp() * num_bins).floor().long(), 0, num_bins - 1)
+def probability_bins(logps: torch.Tensor, num_bins: int, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """b = min(floor(K exp(logp)), K - 1): each token's equal-width probability bin on [0, 1] (int64).
+
+    With ``mask``, masked-out tokens get the extra index K, so per-bin sums over K + 1 slots exclude them."""
+    bins = (logps.detach().exp() * num_bins).long().clamp_(max=num_bins - 1)
+    return bins if mask is None else bins.masked_fill_(mask == 0, num_bins)
 
 
 @torch.no_grad()
+def bin_clip_range(
+    bins: torch.Tensor,
+    ratio: torch.Tensor,
+    *,
+    num_bins: int,
+    alpha: float,
+    base: float,
+    eps_min: float,
+    eps_max: float,
+    all_reduce: Callable[[torch.Tensor], torch.Tensor] | None = None,
+) -> BinStats:
+    """Per-bin count, mean, std and eps (see :func:`acpo_clip_range`) from ``bins`` as returned by
+    ``probability_bins(logps, K, mask)`` (masked-out tokens in slot K) and the detached ratios.
+
+    Two passes, so that float32 sums are accurate: count and sum of x = r - 1 per bin give the mean, then the
+    sum of squared deviations from it gives the population variance. With ``all_reduce`` both passes are
+    summed over processes (two reductions of K numbers each)."""
+    flat_bins = bins.reshape(-1)
+    x = ratio.reshape(-1).float() - 1
+    zeros = x.new_zeros(num_bins + 1)
+    first = torch.stack([zeros.scatter_add(0, flat_bins, x.new_ones(1).expand_as(x)), zeros.scatter_add(0, flat_bins, x)])
+    first = first[:, :num_bins] if all_reduce is None else all_reduce(first[:, :num_bins])
+    count, sum_x = first.double()
+    n = count.clamp(min=1)
+    mean_x = sum_x / n
+    deviation = x - torch.cat([mean_x, mean_x.new_zeros(1)]).float().index_select(0, flat_bins)
+    sum_sq = zeros.scatter_add(0, flat_bins, deviation * deviation)[:num_bins]
+    sum_sq = (sum_sq if all_reduce is None else all_reduce(sum_sq)).double()
+    nonempty = count > 0
+    std = torch.where(nonempty, torch.sqrt(sum_sq / n + STD_EPS), torch.zeros_like(sum_sq))
+    eps = torch.clamp(base + alpha * std, eps_min, eps_max)
+    return BinStats(count=count, mean=torch.where(nonempty, 1 + mean_x, torch.ones_like(mean_x)), std=std, eps=eps)
+
+
+def token_clip_range(stats: BinStats, bins: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """Each token's eps_b (masked-out tokens, in slot K, get the base range of an empty bin)."""
+    per_slot = torch.cat([stats.eps, stats.eps.new_zeros(1)]).to(dtype)
+    return per_slot.index_select(0, bins.reshape(-1)).view_as(bins)
+
+
 def acpo_clip_range(
     logps: torch.Tensor,
     old_logps: torch.Tensor,
@@ -70,72 +113,64 @@ def acpo_clip_range(
             per bin are reduced first, so every process gets the ranges of the whole (global) batch.
 
     Returns:
-        ``(eps, stats)``: ``eps`` has the shape of ``logps`` (each token's bin range, detached) and ``stats`` is a
-        :class:`BinStats`. Vectorised: K bins in a few ``bincount`` calls, no host-device sync.
+        ``(eps, stats)``: ``eps`` has the shape of ``logps`` (each valid token's bin range, detached; masked-out
+        tokens get 0) and ``stats`` is a :class:`BinStats`. Vectorised over bins (``scatter_add``), no host-device
+        sync.
     """
-    bins = probability_bins(logps, num_bins)
-    # Accumulate in float64 around 1 (r - 1 is ~1e-4 right after a rollout) so E[x^2] - E[x]^2 does not cancel.
-    acc_dtype = torch.float32 if logps.device.type == "mps" else torch.float64
-    weight = mask.to(acc_dtype).flatten()
-    shifted = (importance_ratio(logps, old_logps).to(acc_dtype) - 1).flatten() * weight
-    flat_bins = bins.flatten()
-    sums = torch.stack(
-        [
-            torch.bincount(flat_bins, weights=weight, minlength=num_bins),
-            torch.bincount(flat_bins, weights=shifted, minlength=num_bins),
-            torch.bincount(flat_bins, weights=shifted * shifted, minlength=num_bins),
-        ]
-    )
-    if all_reduce is not None:
-        sums = all_reduce(sums)
-    count, sum_x, sum_x2 = sums
-    n = count.clamp(min=1)
-    mean_x = sum_x / n
-    var = (sum_x2 / n - mean_x * mean_x).clamp(min=0)
-    nonempty = count > 0
-    std = torch.where(nonempty, torch.sqrt(var + STD_EPS), torch.zeros_like(var))
-    eps = torch.clamp(base + alpha * std, eps_min, eps_max)
-    stats = BinStats(count=count, mean=torch.where(nonempty, 1 + mean_x, torch.ones_like(mean_x)), std=std, eps=eps)
-    return eps.to(logps.dtype)[bins], stats
+    with torch.no_grad():
+        bins = probability_bins(logps, num_bins, mask)
+        stats = bin_clip_range(
+            bins, importance_ratio(logps.detach(), old_logps), num_bins=num_bins, alpha=alpha, base=base,
+            eps_min=eps_min, eps_max=eps_max, all_reduce=all_reduce,
+        )
+        return token_clip_range(stats, bins, logps.dtype), stats
 
 
+# Token classes for the per-bin metrics: (advantage sign) x (clipped or not).
+_POS, _POS_CLIPPED, _NEG, _NEG_CLIPPED, _ZERO = range(5)
+_NUM_CLASSES = 5
+
+
+@torch.no_grad()
 def per_bin_metrics(
     bins: torch.Tensor,
     stats: BinStats,
-    ratio: torch.Tensor,
-    eps: torch.Tensor,
+    clipped_high: torch.Tensor,
+    clipped_low: torch.Tensor,
     advantages: torch.Tensor,
-    mask: torch.Tensor,
     prefix: str = "acpo",
 ) -> dict[str, Metric]:
-    """Per bin b: eps, std, token fraction, mean ratio, and the clip fraction of its positive-advantage
-    (r > 1 + eps_b) and negative-advantage (r < 1 - eps_b) tokens."""
+    """TRL's clip-ratio metrics, and per bin b: eps, std, mean ratio, token fraction, and the clip fraction of
+    its positive-advantage (r > 1 + eps_b) and negative-advantage (r < 1 - eps_b) tokens.
+
+    ``bins`` as returned by ``probability_bins(logps, K, mask)``; ``clipped_high`` / ``clipped_low`` from
+    :func:`clipped_surrogate`. One ``scatter_add`` over
+    (bin, token class) codes gives every count at once."""
     num_bins = stats.count.numel()
-    with torch.no_grad():
-        advantages = advantages.expand_as(mask)
-        flat_bins = bins.flatten()
-
-        def per_bin(values: torch.Tensor) -> torch.Tensor:
-            return torch.bincount(flat_bins, weights=(values * mask).flatten().double(), minlength=num_bins)
-
-        local_count = per_bin(torch.ones_like(mask))
-        pos, neg = (advantages > 0).float(), (advantages < 0).float()
-        clipped_pos = per_bin(pos * (ratio > 1 + eps).float())
-        clipped_neg = per_bin(neg * (ratio < 1 - eps).float())
-        num_pos, num_neg = per_bin(pos), per_bin(neg)
-        ratio_sum = per_bin(ratio)
-        total = local_count.sum()
-        one = torch.ones((), dtype=torch.float64, device=mask.device)
-        metrics: dict[str, Metric] = {}
-        for b in range(num_bins):
-            key = f"{prefix}/bin{b}"
-            metrics[f"{key}/eps"] = (stats.eps[b], one)
-            metrics[f"{key}/std"] = (stats.std[b], one)
-            metrics[f"{key}/token_frac"] = (local_count[b], total)
-            metrics[f"{key}/ratio_mean"] = (ratio_sum[b], local_count[b])
-            metrics[f"{key}/clip_frac_pos"] = (clipped_pos[b], num_pos[b])
-            metrics[f"{key}/clip_frac_neg"] = (clipped_neg[b], num_neg[b])
-        return metrics
+    # Sign classes are computed at the advantages' own shape ((B, 1) for sequence advantages), then broadcast.
+    sign_class = torch.where(advantages > 0, _POS, torch.where(advantages < 0, _NEG, _ZERO))
+    # clipped_high / clipped_low already carry the advantage sign, so at most one is set per token.
+    code = bins * _NUM_CLASSES + (sign_class + (clipped_high | clipped_low))
+    flat_code = code.reshape(-1)
+    counts = torch.zeros((num_bins + 1) * _NUM_CLASSES, dtype=torch.float64, device=code.device)
+    counts = counts.scatter_add_(0, flat_code, counts.new_ones(1).expand_as(flat_code))
+    counts = counts[: num_bins * _NUM_CLASSES].view(num_bins, _NUM_CLASSES)
+    pos_clipped, neg_clipped = counts[:, _POS_CLIPPED], counts[:, _NEG_CLIPPED]
+    num_pos, num_neg = counts[:, _POS] + pos_clipped, counts[:, _NEG] + neg_clipped
+    count = num_pos + num_neg + counts[:, _ZERO]
+    total = count.sum()
+    metrics = clip_ratio_metrics(neg_clipped.sum(), pos_clipped.sum(), total)
+    # eps, std and the mean ratio are averaged over the processes (and micro-batches) where the bin holds tokens.
+    nonempty = (stats.count > 0).double()
+    for b in range(num_bins):
+        key = f"{prefix}/bin{b}"
+        metrics[f"{key}/eps"] = (stats.eps[b] * nonempty[b], nonempty[b])
+        metrics[f"{key}/std"] = (stats.std[b] * nonempty[b], nonempty[b])
+        metrics[f"{key}/ratio_mean"] = (stats.mean[b] * nonempty[b], nonempty[b])
+        metrics[f"{key}/token_frac"] = (count[b], total)
+        metrics[f"{key}/clip_frac_pos"] = (pos_clipped[b], num_pos[b])
+        metrics[f"{key}/clip_frac_neg"] = (neg_clipped[b], num_neg[b])
+    return metrics
 
 
 @register_policy_loss("acpo")
@@ -145,21 +180,19 @@ def acpo_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
     ``config.acpo_stats_scope == "global"`` reduces the bin statistics over processes; "local" (the authors')
     uses the micro-batch on this process only.
     """
-    all_reduce = inputs.all_reduce if config.acpo_stats_scope == "global" else None
-    eps, stats = acpo_clip_range(
-        inputs.logps,
-        inputs.old_logps,
-        inputs.mask,
+    ratio = importance_ratio(inputs.logps, inputs.old_logps)
+    bins = probability_bins(inputs.logps, config.acpo_num_bins, inputs.mask)
+    stats = bin_clip_range(
+        bins,
+        ratio.detach(),
         num_bins=config.acpo_num_bins,
         alpha=config.acpo_alpha,
         base=config.acpo_base_clip,
         eps_min=config.acpo_clip_min,
         eps_max=config.acpo_clip_max,
-        all_reduce=all_reduce,
+        all_reduce=inputs.all_reduce if config.acpo_stats_scope == "global" else None,
     )
-    ratio = importance_ratio(inputs.logps, inputs.old_logps)
-    loss = clipped_surrogate(ratio, inputs.advantages, eps, eps, config.dual_clip_c)
-    metrics = clip_fraction_metrics(ratio, inputs.advantages, inputs.mask, 1 - eps, 1 + eps)
-    bins = probability_bins(inputs.logps, config.acpo_num_bins)
-    metrics.update(per_bin_metrics(bins, stats, ratio.detach(), eps, inputs.advantages, inputs.mask))
-    return PolicyLossOutput(loss, metrics)
+    eps = token_clip_range(stats, bins, ratio.dtype)
+    out = clipped_surrogate(ratio, inputs.advantages, 1 - eps, 1 + eps, config.dual_clip_c)
+    metrics = per_bin_metrics(bins, stats, out.clipped_high, out.clipped_low, inputs.advantages)
+    return PolicyLossOutput(out.loss, metrics)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from .common import clip_fraction_metrics, clipped_surrogate, importance_ratio
+from .common import clip_ratio_metrics, clipped_surrogate, importance_ratio
 from .registry import PolicyLossInputs, PolicyLossOutput, register_policy_loss
 
 
@@ -16,6 +16,9 @@ def ppo_clip_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
     eps_low = config.epsilon
     eps_high = config.epsilon_high if config.epsilon_high is not None else config.epsilon
     ratio = importance_ratio(inputs.logps, inputs.old_logps)
-    loss = clipped_surrogate(ratio, inputs.advantages, eps_low, eps_high, config.dual_clip_c, ratio_max=config.delta)
-    metrics = clip_fraction_metrics(ratio, inputs.advantages, inputs.mask, 1 - eps_low, 1 + eps_high)
-    return PolicyLossOutput(loss, metrics)
+    out = clipped_surrogate(
+        ratio, inputs.advantages, 1 - eps_low, 1 + eps_high, config.dual_clip_c, ratio_max=config.delta
+    )
+    mask = inputs.mask
+    metrics = clip_ratio_metrics((out.clipped_low * mask).sum(), (out.clipped_high * mask).sum(), mask.sum())
+    return PolicyLossOutput(out.loss, metrics)
