@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from .losses import LOSS_TYPES, POLICY_LOSSES
+from .losses import LOSS_TYPES, POLICY_LOSSES, REWEIGHTINGS
 
 logger = logging.getLogger(__name__)
 
@@ -42,8 +42,38 @@ class ACPOConfig(GRPOConfig):
             signs.
         acpo_stats_scope (`str`, *optional*, defaults to `"local"`):
             `"local"`: bin statistics over the micro-batch on this process (the authors' code; the ranges then
-            depend on micro-batch size and GPU count). `"global"`: count, sum and sum of squares per bin are
-            all-reduced over processes, so every rank uses the same ranges whatever the sharding.
+            depend on micro-batch size and GPU count). `"global"`: per-bin count, sum and sum of squared
+            deviations are all-reduced over processes, so every rank uses the same ranges whatever the sharding.
+
+        > Baselines (see `acpo_trl/losses/` and the README's method table)
+
+        dapo_clip_low (`float`, *optional*, defaults to `0.2`), dapo_clip_high (`float`, *optional*, defaults to `0.3`):
+            `policy_loss="dapo"`: clip-higher range [1 - low, 1 + high] (0.3 as the ACPO authors ran it; the DAPO
+            paper uses 0.28).
+        cispo_clip_max (`float`, *optional*, defaults to `1.45`):
+            `policy_loss="cispo"`: the detached weight is clamp(r, 0, cispo_clip_max).
+        cispo_mask (`bool`, *optional*, defaults to `True`):
+            Drop tokens outside PPO's trust region, (A > 0, r > cispo_mask_high) or (A < 0, r < cispo_mask_low),
+            as the ACPO authors' CISPO; `False` is TRL's unmasked `loss_type="cispo"`.
+        cispo_mask_low (`float`, *optional*, defaults to `0.8`), cispo_mask_high (`float`, *optional*, defaults to `1.3`):
+            The trust region of the CISPO mask.
+        entropy_token_fraction (`float`, *optional*, defaults to `0.2`):
+            `high_entropy` trains on this top fraction of each sequence's tokens by entropy, `low_entropy` on
+            the rest.
+        ar_weight_c (`float`, *optional*, defaults to `0.3`):
+            `ar_lopti`: advantage weight c p_old + 1 - c.
+        lopti_prob_threshold (`float`, *optional*, defaults to `0.5`):
+            `ar_lopti`: tokens with p_old below it are updated in the first pass, the others in the second.
+        ar_lopti_clip_low (`float`, *optional*, defaults to `0.2`), ar_lopti_clip_high (`float`, *optional*, defaults to `0.24`):
+            `ar_lopti`: clip range [1 - low, 1 + high].
+        reweight_c (`float`, *optional*, defaults to `0.2`):
+            c of the reweightings `dlogp_reweight` (w = 1 + c (1 - p_old)), `dominate` (w = c p_old + 1 - c)
+            and `ppl` (w = 1 - c z).
+        reweight_base_loss (`str`, *optional*, defaults to `"dapo"`):
+            The objective the reweighted advantages are fed to: any registered policy loss but the
+            reweightings themselves and `ar_lopti`.
+        ppl_clamp (`bool`, *optional*, defaults to `False`):
+            `ppl`: clamp the sequence weights to [0.8, 1.2].
     """
 
     policy_loss: str = field(
@@ -62,12 +92,36 @@ class ACPOConfig(GRPOConfig):
         default="local",
         metadata={"help": "'local' (per micro-batch, as the authors) or 'global' (all-reduced over processes)."},
     )
+    dapo_clip_low: float = field(default=0.2, metadata={"help": "dapo: clip range low side (1 - low)."})
+    dapo_clip_high: float = field(default=0.3, metadata={"help": "dapo: clip range high side (1 + high); DAPO paper 0.28."})
+    cispo_clip_max: float = field(default=1.45, metadata={"help": "cispo: weight = sg(clamp(r, 0, max))."})
+    cispo_mask: bool = field(
+        default=True, metadata={"help": "cispo: drop tokens outside the trust region (the ACPO authors' CISPO)."}
+    )
+    cispo_mask_low: float = field(default=0.8, metadata={"help": "cispo mask: drop A < 0 tokens with r below."})
+    cispo_mask_high: float = field(default=1.3, metadata={"help": "cispo mask: drop A > 0 tokens with r above."})
+    entropy_token_fraction: float = field(
+        default=0.2, metadata={"help": "high_entropy / low_entropy: top fraction of each sequence by entropy."}
+    )
+    ar_weight_c: float = field(default=0.3, metadata={"help": "ar_lopti: A~ = (c p_old + 1 - c) A."})
+    lopti_prob_threshold: float = field(default=0.5, metadata={"help": "ar_lopti: low/high probability split."})
+    ar_lopti_clip_low: float = field(default=0.2, metadata={"help": "ar_lopti: clip range low side."})
+    ar_lopti_clip_high: float = field(default=0.24, metadata={"help": "ar_lopti: clip range high side."})
+    reweight_c: float = field(default=0.2, metadata={"help": "c of dlogp_reweight / dominate / ppl."})
+    reweight_base_loss: str = field(
+        default="dapo", metadata={"help": "Objective fed with the reweighted advantages (dlogp_reweight, dominate, ppl)."}
+    )
+    ppl_clamp: bool = field(default=False, metadata={"help": "ppl: clamp sequence weights to [0.8, 1.2]."})
     loss_type: str = field(
         default="grpo",
         metadata={"help": f"Aggregation of the per-token loss, one of {LOSS_TYPES} (the ACPO paper: 'grpo')."},
     )
 
     def __post_init__(self):
+        if self.policy_loss == "ar_lopti" and self.num_iterations == 1:
+            # Lopti's two passes per rollout (low-probability tokens, then high) are TRL's iterations.
+            logger.info("policy_loss='ar_lopti': setting num_iterations=2 (one pass per token group).")
+            self.num_iterations = 2
         super().__post_init__()
         self._validate()
         if self.is_on_policy and self.policy_loss == "acpo":
@@ -113,6 +167,27 @@ class ACPOConfig(GRPOConfig):
             fail("dual_clip_c", "must be > 1 (the paper uses 3.0), or None to disable the dual-clip.")
         if self.acpo_stats_scope not in ("local", "global"):
             fail("acpo_stats_scope", "must be 'local' (per micro-batch, as the authors) or 'global'.")
+        for name in ("dapo_clip_low", "dapo_clip_high", "ar_lopti_clip_low", "ar_lopti_clip_high", "reweight_c"):
+            if getattr(self, name) < 0:
+                fail(name, "must be >= 0.")
+        if self.cispo_clip_max <= 0:
+            fail("cispo_clip_max", "must be > 0 (the ACPO authors use 1.45).")
+        if not self.cispo_mask_low < 1 < self.cispo_mask_high:
+            fail("cispo_mask_low", f"the CISPO trust region needs cispo_mask_low < 1 < cispo_mask_high (got "
+                 f"{self.cispo_mask_low}, {self.cispo_mask_high}).")
+        if not 0 < self.entropy_token_fraction < 1:
+            fail("entropy_token_fraction", "must be in (0, 1) (the paper uses 0.2).")
+        if not 0 < self.lopti_prob_threshold < 1:
+            fail("lopti_prob_threshold", "must be in (0, 1) (the paper uses 0.5).")
+        if self.reweight_base_loss not in POLICY_LOSSES or self.reweight_base_loss in (*REWEIGHTINGS, "ar_lopti"):
+            allowed = sorted(set(POLICY_LOSSES) - {*REWEIGHTINGS, "ar_lopti"})
+            fail("reweight_base_loss", f"must be one of {allowed}.")
+        if self.policy_loss == "ar_lopti":
+            if self.num_iterations != 2:
+                fail("num_iterations", "ar_lopti makes exactly two passes per rollout; leave num_iterations at 1 or 2.")
+            if self.is_on_policy:
+                fail("gradient_accumulation_steps", "ar_lopti's second pass must come after an optimizer step: "
+                     "gradient_accumulation_steps must not be a multiple of 2 * steps_per_generation.")
         if self.loss_type not in LOSS_TYPES:
             fail("loss_type", f"ACPOTrainer aggregates with one of {LOSS_TYPES}; the policy loss is `policy_loss`.")
         if self.importance_sampling_level != "token":

@@ -53,6 +53,33 @@ class ACPOTrainer(GRPOTrainer):
         super().__init__(model, reward_funcs, args, *pargs, **kwargs)
         self.policy_loss_fn = get_policy_loss(args.policy_loss)
 
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        if self.args.policy_loss == "ppl":
+            output["logppl_z"] = self._group_logppl_z(output)
+        return output
+
+    @torch.no_grad()
+    def _group_logppl_z(self, batch) -> torch.Tensor:
+        """z-score of each completion's log-perplexity -mean_t log p_old within its prompt group (population std).
+
+        Computed on the whole rollout before TRL shuffles it into micro-batches, gathered over processes like
+        TRL's advantages; p_old is the rollout policy (the current model when TRL skipped old log-probs)."""
+        mask = batch["completion_mask"]
+        old_logps = batch.get("old_per_token_logps")
+        if old_logps is None:
+            input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+            attention_mask = torch.cat([batch["prompt_mask"], mask], dim=1)
+            old_logps, _, _ = self._get_per_token_logps_and_entropies(
+                self.model, input_ids, attention_mask, batch["completion_ids"].size(1),
+                batch_size=self.args.per_device_train_batch_size,
+            )
+        logppl = -(old_logps * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
+        groups = self.accelerator.gather(logppl).view(-1, self.num_generations)
+        z = (groups - groups.mean(-1, keepdim=True)) / (groups.std(-1, unbiased=False, keepdim=True) + 1e-6)
+        start = self.accelerator.process_index * logppl.size(0)
+        return z.flatten()[start : start + logppl.size(0)]
+
     def _all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         return self.accelerator.reduce(tensor, reduction="sum") if self.accelerator.num_processes > 1 else tensor
 
@@ -94,7 +121,7 @@ class ACPOTrainer(GRPOTrainer):
                 advantages=advantages,
                 mask=mask,
                 entropies=entropies.detach() if entropies is not None else None,
-                group_ids=inputs.get("group_ids"),
+                logppl_z=inputs.get("logppl_z"),
                 update_pass=(self._step // self.args.steps_per_generation) % self.num_iterations,
                 all_reduce=self._all_reduce_sum,
             ),

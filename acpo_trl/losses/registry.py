@@ -40,7 +40,8 @@ class PolicyLossInputs:
         advantages: ``(B, 1)`` (one per sequence, broadcast) or ``(B, T)``.
         mask: 1.0 for completion tokens that enter the loss, 0.0 for padding (and tool output).
         entropies: entropy of the current policy at each position, detached, or None.
-        group_ids: ``(B,)`` integer id of each row's prompt group (rows of one prompt share an id), or None.
+        logppl_z: ``(B,)`` z-score, within the prompt's group of completions, of each sequence's log-perplexity
+            under the rollout policy (-mean_t log p_old); computed at rollout time for the losses that read it.
         update_pass: index of the pass over the current rollout (TRL's iteration index, 0-based).
         all_reduce: sums a tensor over all training processes (identity in a single process).
     """
@@ -50,7 +51,7 @@ class PolicyLossInputs:
     advantages: torch.Tensor
     mask: torch.Tensor
     entropies: torch.Tensor | None = None
-    group_ids: torch.Tensor | None = None
+    logppl_z: torch.Tensor | None = None
     update_pass: int = 0
     all_reduce: Callable[[torch.Tensor], torch.Tensor] = _sum_over_nothing
 

@@ -1,0 +1,42 @@
+"""``ar_lopti``: Advantage Reweighting + Low-Probability Token Isolation (Yang et al. 2025, "Do Not Let
+Low-Probability Tokens Over-Dominate in RL for LLMs"), as the ACPO authors ran it.
+
+    A~_t = (ar_weight_c p_old + 1 - ar_weight_c) A_t            c = 0.3: A~ = (0.3 p_old + 0.7) A
+    pass 0 over the rollout: only tokens with p_old <  lopti_prob_threshold (0.5) enter the loss
+    pass 1 over the rollout: only tokens with p_old >= lopti_prob_threshold
+    objective: fixed clip [1 - 0.2, 1 + 0.24] (ar_lopti_clip_low / _high), dual-clip
+
+Both passes are full update passes against the same old log-probs, so the second sees the first's movement.
+The schedule is TRL's ``num_iterations = 2`` (ACPOConfig sets it); ``PolicyLossInputs.update_pass`` says
+which pass a micro-batch belongs to. Twice the optimizer steps per rollout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from .ppo import fixed_clip_loss
+from .registry import PolicyLossInputs, PolicyLossOutput, register_policy_loss
+from .reweight import dominate_weights
+
+
+@register_policy_loss("ar_lopti")
+def ar_lopti_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
+    """See the module docstring."""
+    p_old = inputs.old_logps.exp()
+    weights = dominate_weights(p_old, config.ar_weight_c).detach()
+    low_prob = p_old < config.lopti_prob_threshold
+    selected = low_prob if inputs.update_pass == 0 else ~low_prob
+    out = fixed_clip_loss(
+        replace(inputs, advantages=weights * inputs.advantages),
+        config.ar_lopti_clip_low,
+        config.ar_lopti_clip_high,
+        config.dual_clip_c,
+    )
+    mask = inputs.mask
+    num_tokens = mask.sum()
+    metrics = dict(out.metrics)
+    metrics["lopti/low_prob_frac"] = ((low_prob * mask).sum(), num_tokens)
+    metrics["lopti/selected_frac"] = ((selected * mask).sum(), num_tokens)
+    metrics["reweight/mean_weight"] = ((weights * mask).sum(), num_tokens)
+    return PolicyLossOutput(out.per_token_loss * selected, metrics)

@@ -1,0 +1,261 @@
+"""The baselines of the ACPO and Δlog p papers: each rule pinned on hand-built tensors (expected values worked
+out here from the equations), TRL's unmasked CISPO reproduced, the Lopti schedule, and a short off-policy
+training run per method."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from acpo_trl.losses import PolicyLossInputs, aggregate_loss, get_policy_loss, top_entropy_mask
+from conftest import trainer_kwargs
+
+METHODS = ["dapo", "cispo", "high_entropy", "low_entropy", "ar_lopti", "dlogp_reweight", "dominate", "ppl"]
+
+
+def config(**overrides):
+    fields = dict(
+        epsilon=0.2, epsilon_high=None, delta=None, dual_clip_c=3.0, dapo_clip_low=0.2, dapo_clip_high=0.3,
+        cispo_clip_max=1.45, cispo_mask=True, cispo_mask_low=0.8, cispo_mask_high=1.3, entropy_token_fraction=0.2,
+        ar_weight_c=0.3, lopti_prob_threshold=0.5, ar_lopti_clip_low=0.2, ar_lopti_clip_high=0.24,
+        reweight_c=0.2, reweight_base_loss="dapo", ppl_clamp=False,
+    )
+    fields.update(overrides)
+    return SimpleNamespace(**fields)
+
+
+def tokens(ratios, advantages, p_current=0.5, mask=None):
+    """One token per row: given ratio r and advantage A; returns inputs with logps as a leaf."""
+    r = torch.tensor(ratios)[:, None]
+    logps = torch.full_like(r, math.log(p_current)).requires_grad_(True)
+    old_logps = (logps.detach() - r.log())
+    adv = torch.tensor(advantages)[:, None]
+    mask = torch.ones_like(r) if mask is None else torch.tensor(mask)[:, None]
+    return PolicyLossInputs(logps, old_logps, adv, mask)
+
+
+def loss_and_grad(name, inputs, cfg):
+    out = get_policy_loss(name)(inputs, cfg)
+    (grad,) = torch.autograd.grad((out.per_token_loss * inputs.mask).sum(), inputs.logps)
+    metrics = {k: (float(n), float(d)) for k, (n, d) in out.metrics.items()}
+    return out.per_token_loss.detach().flatten().tolist(), grad.flatten().tolist(), metrics
+
+
+def test_dapo_clip_higher_by_hand():
+    inputs = tokens([1.25, 1.4, 0.75, 0.7, 5.0], [1.0, 1.0, -1.0, -1.0, -1.0])
+    loss, grad, metrics = loss_and_grad("dapo", inputs, config())
+    # [0.8, 1.3]: 1.25 inside -> -1.25 (grad -r); 1.4 clipped -> -1.3 (grad 0); 0.75 clipped low for A<0 -> 0.8;
+    # 0.7 -> 0.8 clipped; r = 5 with A = -1 -> max(5, 1.3) = 5, dual-clipped to 3.
+    assert loss == pytest.approx([-1.25, -1.3, 0.8, 0.8, 3.0])
+    assert grad == pytest.approx([-1.25, 0.0, 0.0, 0.0, 0.0])
+    assert metrics["clip_ratio/high_mean"] == (1.0, 5.0) and metrics["clip_ratio/low_mean"] == (2.0, 5.0)
+
+
+@pytest.mark.parametrize("masked", [True, False])
+def test_cispo_by_hand(masked):
+    inputs = tokens([1.5, 1.2, 0.5, 2.0, 0.9], [1.0, 1.0, -1.0, -1.0, 2.0], p_current=0.25)
+    loss, grad, metrics = loss_and_grad("cispo", inputs, config(cispo_mask=masked))
+    logp = math.log(0.25)
+    # l = -A sg(clamp(r, 0, 1.45)) logp; grad wrt logp = -A clamp(r).
+    weights = [1.45, 1.2, 0.5, 1.45, 0.9]
+    adv = [1.0, 1.0, -1.0, -1.0, 2.0]
+    expected_grad = [-a * w for a, w in zip(adv, weights)]
+    if masked:  # (A > 0, r > 1.3) and (A < 0, r < 0.8) are dropped
+        expected_grad[0] = expected_grad[2] = 0.0
+    assert grad == pytest.approx(expected_grad)
+    assert loss == pytest.approx([g * logp for g in expected_grad])
+    assert metrics["cispo/mask_frac"] == ((2.0 if masked else 0.0), 5.0)
+    assert metrics["cispo/weight_clip_frac"] == (2.0, 5.0)
+
+
+def test_per_sequence_entropy_selection_by_hand():
+    entropies = torch.tensor([[0.1, 0.9, 0.5, 0.3, 0.8, 0.2, 0.4, 0.7, 0.6, 0.05],
+                              [0.3, 0.2, 0.9, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0]])
+    mask = torch.tensor([[1.0] * 10, [1, 1, 1, 0, 0, 0, 0, 0, 0, 0]])
+    high = top_entropy_mask(entropies, mask, 0.2)
+    # Row 0: k = int(0.2 * 10) = 2 -> entropies 0.9 and 0.8 (positions 1, 4). Row 1: 3 valid tokens,
+    # k = max(1, int(0.6)) = 1 -> position 2 (0.9); padded 5.0 entries never count.
+    assert high[0].nonzero().flatten().tolist() == [1, 4]
+    assert high[1].nonzero().flatten().tolist() == [2]
+
+    logps = torch.full((2, 10), math.log(0.5), requires_grad=True)
+    inputs = PolicyLossInputs(logps, logps.detach(), torch.tensor([[1.0], [-1.0]]), mask, entropies=entropies)
+    for name, keep in (("high_entropy", high), ("low_entropy", ~high & mask.bool())):
+        out = get_policy_loss(name)(inputs, config())
+        (grad,) = torch.autograd.grad((out.per_token_loss * mask).sum(), logps)
+        # On-policy r = 1: kept tokens get -A, others 0.
+        expected = torch.where(keep, -torch.tensor([[1.0], [-1.0]]).expand(2, 10), torch.zeros(2, 10))
+        torch.testing.assert_close(grad, expected)
+        frac = float(out.metrics["entropy/selected_frac"][0]) / float(out.metrics["entropy/selected_frac"][1])
+        assert frac == pytest.approx(keep.sum().item() / 13)
+
+
+@pytest.mark.parametrize(
+    "name,weight",
+    [("dlogp_reweight", 1 + 0.2 * (1 - 0.25)), ("dominate", 0.2 * 0.25 + 1 - 0.2)],
+)
+def test_token_reweightings_by_hand(name, weight):
+    # p_old = 0.25 for every token; r = 1.1 inside DAPO's clip, so the loss is -w A r and its gradient -w A r.
+    p_old, r = 0.25, 1.1
+    logps = torch.full((2, 1), math.log(p_old * r), requires_grad=True)
+    inputs = PolicyLossInputs(logps, torch.full((2, 1), math.log(p_old)), torch.tensor([[2.0], [-1.0]]),
+                              torch.ones(2, 1))
+    loss, grad, metrics = loss_and_grad(name, inputs, config())
+    assert loss == pytest.approx([-weight * 2.0 * r, weight * 1.0 * r])
+    assert grad == pytest.approx([-weight * 2.0 * r, weight * 1.0 * r])
+    assert metrics["reweight/mean_weight"][0] / metrics["reweight/mean_weight"][1] == pytest.approx(weight)
+
+
+def test_reweighting_composes_with_the_chosen_objective():
+    # r = 1.4 with A > 0 is clipped at the base objective's bound: 1.3 for dapo, 1.2 for ppo_clip.
+    logps = torch.full((1, 1), math.log(0.5 * 1.4), requires_grad=True)
+    inputs = PolicyLossInputs(logps, torch.full((1, 1), math.log(0.5)), torch.ones(1, 1), torch.ones(1, 1))
+    w = 1 + 0.2 * 0.5
+    for base, bound in (("dapo", 1.3), ("ppo_clip", 1.2)):
+        loss, _, _ = loss_and_grad("dlogp_reweight", inputs, config(reweight_base_loss=base))
+        assert loss == pytest.approx([-w * bound])
+
+
+def test_ppl_reweighting_by_hand():
+    logps = torch.full((3, 2), math.log(0.5), requires_grad=True)
+    adv = torch.tensor([[1.0], [1.0], [-1.0]])
+    z = torch.tensor([1.0, -1.0, 2.0])
+    inputs = PolicyLossInputs(logps, logps.detach(), adv, torch.ones(3, 2), logppl_z=z)
+    loss, _, _ = loss_and_grad("ppl", inputs, config())
+    # w = 1 - 0.2 z = [0.8, 1.2, 0.6]; r = 1, so l = -w A.
+    assert loss == pytest.approx([-0.8, -0.8, -1.2, -1.2, 0.6, 0.6])
+    loss, _, _ = loss_and_grad("ppl", inputs, config(ppl_clamp=True))
+    assert loss == pytest.approx([-0.8, -0.8, -1.2, -1.2, 0.8, 0.8])  # 0.6 clamped to 0.8
+    with pytest.raises(ValueError, match="logppl_z"):
+        get_policy_loss("ppl")(PolicyLossInputs(logps, logps.detach(), adv, torch.ones(3, 2)), config())
+
+
+def test_ar_lopti_passes_by_hand():
+    # Two tokens per row, p_old = 0.3 (low) and 0.8 (high); r = 1.3 for both (clipped at 1.24 for A > 0).
+    p_old = torch.tensor([[0.3, 0.8]])
+    logps = (p_old * 1.3).log().requires_grad_(True)
+    inputs = PolicyLossInputs(logps, p_old.log(), torch.ones(1, 1), torch.ones(1, 2))
+    w = [0.3 * 0.3 + 0.7, 0.3 * 0.8 + 0.7]
+    for update_pass, kept in ((0, 0), (1, 1)):
+        inputs.update_pass = update_pass
+        loss, grad, metrics = loss_and_grad("ar_lopti", inputs, config())
+        expected = [0.0, 0.0]
+        expected[kept] = -w[kept] * 1.24
+        assert loss == pytest.approx(expected)
+        assert grad == pytest.approx([0.0, 0.0])  # clipped: no gradient
+        assert metrics["lopti/low_prob_frac"] == (1.0, 2.0)
+    inputs.logps = (p_old * 1.1).log().requires_grad_(True)
+    inputs.update_pass = 1
+    _, grad, _ = loss_and_grad("ar_lopti", inputs, config())
+    assert grad == pytest.approx([0.0, -w[1] * 1.1])  # inside the clip: -w A r on the high-probability token
+
+
+def test_p_old_falls_back_to_current_probability_on_policy():
+    # The trainer passes old_logps = logps.detach() when TRL skips old log-probs: weights then use p_theta.
+    logps = torch.full((1, 1), math.log(0.4), requires_grad=True)
+    inputs = PolicyLossInputs(logps, logps.detach(), torch.ones(1, 1), torch.ones(1, 1))
+    loss, _, _ = loss_and_grad("dlogp_reweight", inputs, config())
+    assert loss == pytest.approx([-(1 + 0.2 * 0.6)])
+
+
+# ---------------------------------------------------------------- trainer level
+
+
+def diversity_reward(prompts, completions, **kwargs):
+    """A dense reward for smoke runs: fraction of distinct characters in the completion."""
+    return [len(set(c)) / max(len(c), 1) for c in completions]
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    from acpo_trl.toy import build_tiny_model
+
+    path = tmp_path_factory.mktemp("tiny")
+    model, tokenizer = build_tiny_model(seed=0)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def make_trainer(tmp_path, model_path, **overrides):
+    from acpo_trl import ACPOConfig, ACPOTrainer
+    from acpo_trl.toy import build_tokenizer, toy_dataset
+
+    args = ACPOConfig(**trainer_kwargs(tmp_path, **overrides))
+    return ACPOTrainer(model_path, diversity_reward, args=args, train_dataset=toy_dataset(32),
+                       processing_class=build_tokenizer())
+
+
+def test_cispo_unmasked_equals_trl(tmp_path, tiny_dir):
+    """TRL's loss_type='cispo' (epsilon_high = clamp max, dapo normalisation) on the same inputs."""
+    from trl import GRPOConfig, GRPOTrainer
+
+    from acpo_trl.toy import build_tokenizer, toy_dataset
+    from test_trl_equivalence import loss_and_grads, make_inputs
+
+    common = trainer_kwargs(tmp_path, gradient_accumulation_steps=2, steps_per_generation=4, max_completion_length=7)
+    trl_trainer = GRPOTrainer(tiny_dir, diversity_reward, args=GRPOConfig(**common, loss_type="cispo", epsilon_high=1.45),
+                              train_dataset=toy_dataset(16), processing_class=build_tokenizer())
+    ours = make_trainer(tmp_path, tiny_dir, gradient_accumulation_steps=2, steps_per_generation=4,
+                        max_completion_length=7, policy_loss="cispo", cispo_mask=False, loss_type="dapo")
+    for t in (trl_trainer, ours):
+        t.current_gradient_accumulation_steps = 2
+    inputs = make_inputs(trl_trainer.model)
+    trl_loss, trl_grads = loss_and_grads(trl_trainer, inputs)
+    our_loss, our_grads = loss_and_grads(ours, inputs)
+    torch.testing.assert_close(our_loss, trl_loss, rtol=1e-6, atol=1e-7)
+    for name in trl_grads:
+        torch.testing.assert_close(our_grads[name], trl_grads[name], rtol=1e-5, atol=1e-7, msg=name)
+
+
+def test_ppl_group_zscore_at_rollout(tmp_path, tiny_dir):
+    trainer = make_trainer(tmp_path, tiny_dir, policy_loss="ppl", steps_per_generation=2)
+    old = torch.log(torch.tensor([[0.5, 0.5], [0.25, 0.5], [0.5, 0.9], [0.1, 0.1],
+                                  [0.2, 0.2], [0.2, 0.2], [0.4, 0.3], [0.6, 0.6]]))
+    batch = {"completion_mask": torch.tensor([[1, 1], [1, 1], [1, 1], [1, 0], [1, 1], [1, 1], [1, 1], [1, 1]]),
+             "old_per_token_logps": old}
+    z = trainer._group_logppl_z(batch)
+    logppl = [-(old[i] * batch["completion_mask"][i]).sum() / batch["completion_mask"][i].sum() for i in range(8)]
+    for g in range(2):  # num_generations = 4: rows 0-3 and 4-7
+        values = torch.stack(logppl[4 * g : 4 * g + 4])
+        expected = (values - values.mean()) / (values.std(unbiased=False) + 1e-6)
+        torch.testing.assert_close(z[4 * g : 4 * g + 4], expected)
+
+
+def test_ar_lopti_second_pass_sees_first_pass_movement(tmp_path, tiny_dir):
+    trainer = make_trainer(tmp_path, tiny_dir, policy_loss="ar_lopti", max_steps=4, learning_rate=5e-2)
+    assert trainer.args.num_iterations == 2 and trainer.args.updates_per_rollout == 2
+    seen = []
+    loss_fn = trainer.policy_loss_fn
+
+    def recording(inputs, cfg):
+        moved = ((inputs.logps.detach() - inputs.old_logps) * inputs.mask).abs().max().item()
+        seen.append((inputs.update_pass, moved))
+        return loss_fn(inputs, cfg)
+
+    trainer.policy_loss_fn = recording
+    trainer.train()
+    assert [p for p, _ in seen] == [0, 1, 0, 1]
+    assert seen[0][1] < 1e-6 and seen[2][1] < 1e-6  # first pass of a rollout: old == current
+    assert seen[1][1] > 1e-4 and seen[3][1] > 1e-4  # second pass: the first pass moved the policy
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", METHODS)
+def test_off_policy_training_run(tmp_path, tiny_dir, method):
+    own_metric = {
+        "dapo": "clip_ratio/region_mean", "cispo": "cispo/mask_frac", "high_entropy": "entropy/selected_frac",
+        "low_entropy": "entropy/selected_frac", "ar_lopti": "lopti/low_prob_frac",
+        "dlogp_reweight": "reweight/mean_weight", "dominate": "reweight/mean_weight", "ppl": "reweight/mean_weight",
+    }[method]
+    trainer = make_trainer(tmp_path, tiny_dir, policy_loss=method, steps_per_generation=2, max_steps=4,
+                           learning_rate=2e-2)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    logs = [entry for entry in trainer.state.log_history if "policy_loss" in entry]
+    assert logs and all(math.isfinite(entry["policy_loss"]) for entry in logs)
+    assert any(not torch.equal(p.detach(), before[n]) for n, p in trainer.model.named_parameters())
+    assert all(own_metric in entry and entry[own_metric] is not None for entry in logs)
