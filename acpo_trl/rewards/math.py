@@ -1,0 +1,412 @@
+"""MATH reward: binary correctness of the last ``\\boxed{...}`` of a completion, checked by math-verify.
+
+Rule (tasks spec, "Math"): extract the LAST ``\\boxed{...}`` (balanced braces; ``\\boxed {..}`` and ``\\fbox{..}``
+too) and compare it with the gold answer by math-verify (symbolic and numeric equivalence): 1.0 if equivalent,
+else 0.0. A completion without a complete box scores 0.0; a missing gold (``None``) gives ``None`` (TRL: "not my
+task").
+
+Checks run in three stages, so that a training step is never stalled by one completion:
+
+1. a fast check of normalised strings, only where its decision is certainly math-verify's (``fast_score``): equal
+   strings, and integers / decimals / integer fractions compared by value;
+2. an LRU cache ``(gold, pred) -> score``;
+3. math-verify, always in worker processes (math-verify's signal-based timeouts fail outside the main thread and
+   cannot stop a sympy call stuck in C, so they are disabled): each check has a deadline of ``timeout`` seconds;
+   a check past it scores 0 and its worker is killed and replaced. Batches with at least ``parallel_threshold``
+   such checks are spread over ``num_workers`` processes, smaller ones use one. The completion is only parsed,
+   never executed.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import weakref
+from collections import OrderedDict, deque
+from fractions import Fraction
+from functools import lru_cache
+from multiprocessing.connection import Connection, wait
+
+from .common import completion_text
+
+logger = logging.getLogger(__name__)
+
+_BOX_OPEN = re.compile(r"\\(?:boxed|fbox)\s*\{")
+_BRACE_TOKEN = re.compile(r"\\.|[{}]", re.S)
+
+
+def last_boxed(text: str) -> str | None:
+    """Content of the last top-level ``\\boxed{...}`` / ``\\fbox{...}`` of ``text``, braces balanced (``\\{``, ``\\}``
+    are escaped, not structural); ``None`` when there is none or the last one is unterminated (truncated output)."""
+    found, pos = None, 0
+    while (match := _BOX_OPEN.search(text, pos)) is not None:
+        depth = 1
+        for token in _BRACE_TOKEN.finditer(text, match.end()):
+            depth += {"{": 1, "}": -1}.get(token.group(), 0)
+            if depth == 0:
+                found, pos = text[match.end() : token.start()], token.end()
+                break
+        else:
+            return None
+    return found
+
+
+# Scanned left to right so that ``\\\\`` (a line break) is one token: in ``\\\\ x`` no ``\\ `` control space is seen.
+_LATEX_NOISE = re.compile(r"\\\\|\\(?:[,;:!]|(?:left|right|displaystyle)(?![A-Za-z])|(?= )|[dt](?=frac(?![A-Za-z])))")
+_SPACE_NOT_BETWEEN_LETTERS = re.compile(r"(?<![A-Za-z])\s+|\s+(?![A-Za-z])")
+_DECIMAL = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)")
+_FRACTION = re.compile(r"([+-]?)(?:\\frac\{(\d+)\}\{(\d+)\}|(\d+)/(\d+))")
+_MAX_FAST_CHARS = 200  # longer numbers go to math-verify (and int() refuses > 4300 digits)
+
+
+def _drop_noise(match: re.Match) -> str:
+    token = match.group()
+    return token if token == "\\\\" else "\\" if token in (r"\d", r"\t") else ""
+
+
+def _strip_dollars(answer: str) -> str:
+    """``answer`` without enclosing ``$...$`` / ``$$...$$`` (an escaped ``\\$`` is kept)."""
+    answer = answer.strip()
+    while len(answer) >= 2 and answer[0] == answer[-1] == "$" and answer[-2] != "\\":
+        answer = answer[1:-1].strip()
+    return answer
+
+
+def normalize_answer(answer: str) -> str:
+    """Meaning-preserving LaTeX normalisation for the fast check only (math-verify gets the answer as written):
+    drop ``\\left``/``\\right``, ``\\displaystyle`` and thin spaces, ``\\dfrac``/``\\tfrac`` -> ``\\frac``, drop spaces
+    not between two letters, enclosing ``$`` and a trailing period."""
+    answer = _LATEX_NOISE.sub(_drop_noise, answer)
+    return _strip_dollars(_SPACE_NOT_BETWEEN_LETTERS.sub("", re.sub(r"\s+", " ", answer)).rstrip("."))
+
+
+def gold_answer(gold) -> str | None:
+    """The gold answer as a string: a number is formatted, a ``\\boxed{}`` gold (Minerva) is unwrapped, ``$...$``
+    (OlympiadBench) is stripped; ``None`` or blank -> ``None``."""
+    if gold is None:
+        return None
+    gold = str(gold)
+    boxed = last_boxed(gold)
+    return _strip_dollars(boxed if boxed is not None else gold) or None
+
+
+def _exact_value(answer: str) -> tuple[Fraction, bool] | None:
+    """``(value, is_decimal)`` of an integer, a decimal or an integer fraction (``\\frac{a}{b}``, ``a/b``), else
+    ``None``."""
+    if len(answer) > _MAX_FAST_CHARS:
+        return None
+    if _DECIMAL.fullmatch(answer):
+        return Fraction(answer), "." in answer
+    match = _FRACTION.fullmatch(answer)
+    if match is None:
+        return None
+    sign, numerator, denominator = match.group(1), match.group(2) or match.group(4), match.group(3) or match.group(5)
+    if int(denominator) == 0:
+        return None
+    return Fraction(int(sign + numerator), int(denominator)), False
+
+
+def fast_score(gold: str, pred: str) -> float | None:
+    """Score of normalised ``gold``/``pred`` when it is certainly math-verify's, else ``None`` (ask math-verify).
+
+    Equal strings score 1; an empty prediction 0. Integers and integer fractions are exact in math-verify (sympy
+    ``Integer``/``Rational``): equal values score 1, others 0. With a decimal, math-verify rounds to 6 decimals at
+    15 significant digits: equal values score 1, values further apart than that rounding can join score 0.
+    """
+    if gold == pred:
+        return 1.0
+    if not pred:
+        return 0.0
+    gold_value, pred_value = _exact_value(gold), _exact_value(pred)
+    if gold_value is None or pred_value is None:
+        return None
+    (a, a_decimal), (b, b_decimal) = gold_value, pred_value
+    if a == b:
+        return 1.0
+    if not (a_decimal or b_decimal):
+        return 0.0
+    diff = abs(a - b)
+    if diff > Fraction(1, 10**5) and diff > max(abs(a), abs(b)) / 10**9:
+        return 0.0
+    return None
+
+
+@lru_cache(maxsize=1024)
+def _parse(answer: str):
+    from math_verify import LatexExtractionConfig, parse
+
+    return parse(
+        "\\boxed{" + answer + "}",
+        extraction_config=[LatexExtractionConfig(boxed_match_priority=0)],
+        parsing_timeout=None,
+    )
+
+
+def verify_answer(gold: str, pred: str) -> float:
+    """math-verify's decision (1.0/0.0) on answers ``gold`` and ``pred``, without a time bound: run it in a worker."""
+    from math_verify import verify
+
+    try:
+        parsed_gold = _parse(gold)
+        return float(bool(parsed_gold) and verify(parsed_gold, _parse(pred), timeout_seconds=None))
+    except Exception:  # math-verify already swallows most errors; a parser crash on hostile input scores 0
+        return 0.0
+
+
+_WORKER_MEMORY_BYTES = 4 << 30
+
+
+def _serve(read_fd: int, write_fd: int) -> None:
+    """Worker loop: receive ``(gold, pred)``, send back its score; exit when the parent closes the pipe."""
+    logging.getLogger("math_verify").setLevel(logging.ERROR)
+    try:  # sympy can grow a number past RAM before the deadline: fail it with MemoryError (scores 0) instead
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_AS, (_WORKER_MEMORY_BYTES, resource.getrlimit(resource.RLIMIT_AS)[1]))
+    except (ImportError, ValueError, OSError):  # not POSIX, or a lower limit is already set
+        pass
+    inbox, outbox = Connection(read_fd, writable=False), Connection(write_fd, readable=False)
+    verify_answer("1", "1")  # warm up the parser before reporting ready
+    outbox.send("ready")
+    while True:
+        try:
+            gold, pred = inbox.recv()
+        except (EOFError, OSError):
+            return
+        outbox.send(verify_answer(gold, pred))
+
+
+# The worker imports this module with the caller's sys.path (a source checkout need not be installed).
+_WORKER_CODE = (
+    "import json, sys; sys.path[:] = json.loads(sys.argv[3]); "
+    "from acpo_trl.rewards.math import _serve; _serve(int(sys.argv[1]), int(sys.argv[2]))"
+)
+
+
+class _Worker:
+    """One checker: a fresh interpreter (not a fork or spawn of the caller, which would re-run an unguarded
+    training script's ``__main__``) talking over two pipes."""
+
+    def __init__(self):
+        to_child, from_parent = os.pipe()
+        from_child, to_parent = os.pipe()
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", _WORKER_CODE, str(to_child), str(to_parent), json.dumps(sys.path)],
+            pass_fds=(to_child, to_parent),
+            stdin=subprocess.DEVNULL,
+        )
+        os.close(to_child)
+        os.close(to_parent)
+        self.outbox = Connection(from_parent, readable=False)
+        self.conn = Connection(from_child, writable=False)
+        self.ready = False
+
+    def send(self, pair: tuple[str, str]) -> None:
+        self.outbox.send(pair)
+
+    def kill(self) -> None:
+        self.process.kill()
+        self.process.wait()
+        self.outbox.close()
+        self.conn.close()
+
+
+class _Pool:
+    """Persistent checker processes, each check under its own deadline."""
+
+    startup_timeout = 120.0
+
+    def __init__(self):
+        self.workers: list[_Worker] = []
+        _POOLS.add(self)
+
+    def run(self, pairs: list[tuple[str, str]], num_workers: int, timeout: float) -> list[float | None]:
+        """Scores of ``pairs``; ``None`` for a check that timed out or crashed its worker."""
+        while len(self.workers) < num_workers:
+            self.workers.append(_Worker())
+        results: list[float | None] = [None] * len(pairs)
+        todo = deque(range(len(pairs)))
+        idle = [w for w in self.workers[:num_workers] if w.ready]
+        starting = {w: time.monotonic() + self.startup_timeout for w in self.workers[:num_workers] if not w.ready}
+        busy: dict[_Worker, tuple[int, float]] = {}
+        try:
+            while todo or busy:
+                while idle and todo:
+                    worker, index = idle.pop(), todo.popleft()
+                    try:
+                        worker.send(pairs[index])
+                    except OSError:  # it died while idle: the check was not attempted, give it to another
+                        logger.warning("math_reward: a checker process had died; starting a new one.")
+                        todo.appendleft(index)
+                        starting[self._replace(worker)] = time.monotonic() + self.startup_timeout
+                        continue
+                    busy[worker] = (index, time.monotonic() + timeout)
+                waiting = {w.conn: w for w in [*busy, *starting]}
+                next_deadline = min([d for _, d in busy.values()] + list(starting.values()))
+                for conn in wait(list(waiting), timeout=max(0.0, next_deadline - time.monotonic())):
+                    worker = waiting[conn]
+                    try:
+                        message = conn.recv()
+                    except (EOFError, OSError):
+                        message = None
+                    if worker in starting:
+                        if message != "ready":
+                            raise RuntimeError("math_reward: a checker process died while starting (see its stderr).")
+                        del starting[worker]
+                        worker.ready = True
+                        idle.append(worker)
+                    else:
+                        index, _ = busy.pop(worker)
+                        if message is None:
+                            logger.warning("math_reward: a checker process crashed; the completion scores 0.")
+                            starting[self._replace(worker)] = time.monotonic() + self.startup_timeout
+                        else:
+                            results[index] = message
+                            idle.append(worker)
+                now = time.monotonic()
+                for worker, (index, deadline) in list(busy.items()):
+                    if deadline <= now:
+                        del busy[worker]
+                        logger.warning("math_reward: a check exceeded %.3g s; the completion scores 0.", timeout)
+                        starting[self._replace(worker)] = now + self.startup_timeout
+                if any(deadline <= now for deadline in starting.values()):
+                    raise RuntimeError(
+                        f"math_reward: a checker process did not start within {self.startup_timeout:.0f} s."
+                    )
+        finally:
+            for worker in busy:  # interrupted mid-check: its late answer must not reach the next call
+                self._replace(worker)
+        return results
+
+    def _replace(self, worker: _Worker) -> _Worker:
+        worker.kill()
+        new = _Worker()
+        self.workers[self.workers.index(worker)] = new
+        return new
+
+    def close(self) -> None:
+        for worker in self.workers:
+            worker.kill()
+        self.workers = []
+
+
+_POOLS: weakref.WeakSet[_Pool] = weakref.WeakSet()
+
+
+@atexit.register
+def _close_pools() -> None:  # a worker stuck in sympy would not notice the closed pipe
+    for pool in list(_POOLS):
+        pool.close()
+
+
+def _default_num_workers() -> int:
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(8, cores))
+
+
+class MathReward:
+    """Callable MATH reward with TRL's signature (see the module docstring for the rule and the stages).
+
+    Args:
+        timeout: seconds allowed to one math-verify check (parse + verify) before it scores 0.
+        num_workers: checker processes for large batches (default: available cores, at most 8).
+        parallel_threshold: batches with at least this many math-verify checks use ``num_workers`` processes,
+            smaller ones one process.
+        cache_size: entries of the ``(gold, pred) -> score`` LRU cache.
+    """
+
+    __name__ = "math_reward"
+
+    def __init__(
+        self,
+        timeout: float = 5.0,
+        num_workers: int | None = None,
+        parallel_threshold: int = 32,
+        cache_size: int = 4096,
+    ):
+        if timeout <= 0:
+            raise ValueError(f"`timeout` must be > 0 seconds, got {timeout}.")
+        if num_workers is not None and num_workers < 1:
+            raise ValueError(f"`num_workers` must be >= 1 (or None for the number of cores), got {num_workers}.")
+        self.timeout = timeout
+        self.num_workers = num_workers or _default_num_workers()
+        self.parallel_threshold = parallel_threshold
+        self.cache_size = cache_size
+        self._setup()
+
+    def _setup(self) -> None:
+        self._cache: OrderedDict[tuple[str, str], float] = OrderedDict()
+        self._pool: _Pool | None = None
+        self._lock = threading.Lock()
+
+    def __getstate__(self):
+        return {k: getattr(self, k) for k in ("timeout", "num_workers", "parallel_threshold", "cache_size")}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._setup()
+
+    def __repr__(self) -> str:
+        return (
+            f"MathReward(timeout={self.timeout}, num_workers={self.num_workers}, "
+            f"parallel_threshold={self.parallel_threshold}, cache_size={self.cache_size})"
+        )
+
+    def __call__(self, prompts=None, completions=None, answer=None, **kwargs) -> list[float | None]:
+        if completions is None or answer is None:
+            raise ValueError(
+                "math_reward needs `completions` and the gold column `answer` (one string per completion): "
+                "build the dataset with acpo_trl.data.math loaders or add an `answer` column."
+            )
+        if len(answer) != len(completions):
+            raise ValueError(f"math_reward got {len(completions)} completions but {len(answer)} `answer` values.")
+        golds = [gold_answer(gold) for gold in answer]
+        preds = [last_boxed(completion_text(c)) for c in completions]
+        with self._lock:  # one call at a time: the cache and the checker processes are shared
+            return self._score([None if p is None else _strip_dollars(p) for p in preds], golds)
+
+    def _score(self, preds: list[str | None], golds: list[str | None]) -> list[float | None]:
+        scores: list[float | None] = []
+        slow: dict[tuple[str, str], list[int]] = {}
+        for i, (pred, gold) in enumerate(zip(preds, golds)):
+            if gold is None or pred is None:
+                scores.append(None if gold is None else 0.0)
+                continue
+            score = fast_score(normalize_answer(gold), normalize_answer(pred))
+            if score is None and (gold, pred) in self._cache:
+                self._cache.move_to_end((gold, pred))
+                score = self._cache[(gold, pred)]
+            elif score is None:
+                slow.setdefault((gold, pred), []).append(i)
+            scores.append(score)
+        if slow:
+            pairs = list(slow)
+            if self._pool is None:
+                self._pool = _Pool()
+            num_workers = self.num_workers if len(pairs) >= self.parallel_threshold else 1
+            for pair, score in zip(pairs, self._pool.run(pairs, num_workers, self.timeout)):
+                for i in slow[pair]:
+                    scores[i] = 0.0 if score is None else score
+                if score is not None:  # a timeout may be load, not the input: check it again next time
+                    self._cache[pair] = score
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return scores
+
+    def close(self) -> None:
+        """Stop the checker processes (they also stop with the interpreter); a later call starts new ones."""
+        with self._lock:
+            if self._pool is not None:
+                self._pool.close()
+                self._pool = None
+
+
+math_reward = MathReward()
+"""Default instance: ``GRPOTrainer(reward_funcs=[math_reward], ...)`` with a dataset that has an ``answer`` column."""
