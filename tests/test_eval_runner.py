@@ -211,3 +211,39 @@ def test_every_benchmark_loads_and_scores(name):
         right = f"\\boxed{{{row['answer']}}}"
     scores = benchmark.reward_func(prompts=[row["prompt"]] * 2, completions=["no answer", right], **columns)
     assert scores == [0.0, 1.0]
+
+
+def test_lora_adapter_is_applied_by_the_transformers_backend(tmp_path, tiny_model):
+    from peft import LoraConfig, get_peft_model
+
+    from acpo_trl.evaluation.generation import tokenize_prompt
+    from acpo_trl.evaluation.runner import build_backend
+
+    model, tokenizer = tiny_model
+    model.save_pretrained(tmp_path / "base")
+    tokenizer.save_pretrained(tmp_path / "base")
+    settings = SamplingSettings(temperature=0.0, max_tokens=8)
+    ids = [tokenize_prompt(tokenizer, "Write the letter a:"), tokenize_prompt(tokenizer, "Hi")]
+    base_out = TransformersBackend(model, tokenizer, settings).generate(ids, 1, 0)
+    peft_model = get_peft_model(model, LoraConfig(r=4, target_modules=["q_proj", "v_proj"], init_lora_weights=False))
+    peft_model.save_pretrained(tmp_path / "adapter")
+    expected = TransformersBackend(peft_model, tokenizer, settings).generate(ids, 1, 0)
+    assert expected != base_out  # the adapter matters
+
+    config = _config(tmp_path, model_name_or_path=str(tmp_path / "base"), adapter_path=str(tmp_path / "adapter"),
+                     temperature=0.0, device="cpu")  # fmt: skip
+    backend = build_backend(config)
+    assert backend.name == "transformers" and backend.generate(ids, 1, 0) == expected
+
+
+def test_vllm_lora_rank_rounds_up_to_an_allowed_value(tmp_path):
+    from acpo_trl.evaluation.generation import _vllm_max_lora_rank
+
+    for rank, expected in ((1, 1), (4, 8), (16, 16), (100, 128)):
+        (tmp_path / "adapter_config.json").write_text(json.dumps({"r": rank}))
+        assert _vllm_max_lora_rank(str(tmp_path)) == expected
+    (tmp_path / "adapter_config.json").write_text(json.dumps({"r": 1024}))
+    with pytest.raises(ValueError, match="exceeds vLLM's maximum 512"):
+        _vllm_max_lora_rank(str(tmp_path))
+    with pytest.raises(FileNotFoundError, match="adapter_config.json"):
+        _vllm_max_lora_rank(str(tmp_path / "missing"))

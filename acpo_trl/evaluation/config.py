@@ -76,20 +76,22 @@ class EvalConfig:
                   "optionally NAME=PATH to read a local file."},
     )
     data_dir: str | None = field(
-        default=None, metadata={"help": "Folder laid out like the project's offline data; else the Hub is used."}
+        default=None, metadata={"help": "Folder laid out like the project's offline data (else: shipped math sets, Hub Countdown)."}
     )
     hitab_tables_dir: str | None = field(
         default=None, metadata={"help": "HiTab tables folder (default: tables/raw or tables beside the samples)."}
     )
     limit: int | None = field(default=None, metadata={"help": "Only the first `limit` problems of each benchmark."})
-    template: str = field(default="base", metadata={"help": "Prompt template: base or chat."})
+    template: str = field(default="base", metadata={"help": "Prompt template.", "choices": ["base", "chat"]})
     k: int = field(default=8, metadata={"help": "Samples per problem in total (avg@k), split over seeds."})
     seeds: list[int] = field(default_factory=lambda: [0], metadata={"help": "Sampling seeds (k / len(seeds) each)."})
     pass_k: list[int] | None = field(default=None, metadata={"help": "The j of reported pass@j (default: k)."})
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (0 = greedy)."})
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass."})
     max_tokens: int = field(default=4096, metadata={"help": "Maximum completion tokens."})
-    backend: str = field(default="auto", metadata={"help": "vllm, transformers, or auto (vLLM if installed + GPU)."})
+    backend: str = field(
+        default="auto", metadata={"help": "auto: vLLM if installed and a GPU is present.", "choices": list(BACKENDS)}
+    )
     batch_size: int | None = field(
         default=None, metadata={"help": "Problems per generation call (default 8 transformers, 256 vLLM)."}
     )

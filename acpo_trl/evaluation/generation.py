@@ -150,11 +150,19 @@ class TransformersBackend:
         return Generation(text=text, num_tokens=len(kept), truncated=end is None)
 
 
-def _adapter_rank(adapter_path: str) -> int:
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)  # vLLM's allowed `max_lora_rank` values
+
+
+def _vllm_max_lora_rank(adapter_path: str) -> int:
+    """The smallest ``max_lora_rank`` vLLM accepts that fits the adapter's rank ``r``."""
     config = Path(adapter_path) / "adapter_config.json"
     if not config.is_file():
         raise FileNotFoundError(f"`adapter_path` {adapter_path} has no adapter_config.json (a PEFT LoRA adapter folder).")
-    return int(json.loads(config.read_text())["r"])
+    rank = int(json.loads(config.read_text())["r"])
+    fitting = [r for r in VLLM_LORA_RANKS if r >= rank]
+    if not fitting:
+        raise ValueError(f"The adapter's LoRA rank {rank} exceeds vLLM's maximum {VLLM_LORA_RANKS[-1]}; use --backend transformers.")
+    return fitting[0]
 
 
 class VLLMBackend:
@@ -187,7 +195,7 @@ class VLLMBackend:
         if adapter_path is not None:
             from vllm.lora.request import LoRARequest
 
-            lora_kwargs = {"enable_lora": True, "max_lora_rank": _adapter_rank(adapter_path)}
+            lora_kwargs = {"enable_lora": True, "max_lora_rank": _vllm_max_lora_rank(adapter_path)}
             self.lora_request = LoRARequest("adapter", 1, adapter_path)
         self.llm = LLM(
             model=model_name_or_path,
