@@ -10,7 +10,8 @@ Checks run in three stages, so that a training step is never stalled by one comp
 1. a fast check of normalised strings, only where its decision is certainly math-verify's (``fast_score``): equal
    strings, and integers / decimals / integer fractions compared by value;
 2. an LRU cache ``(gold, pred) -> score``;
-3. math-verify, always in worker processes (math-verify's signal-based timeouts fail outside the main thread and
+3. math-verify (skipping its ``simplify`` when two closed-form numbers are certainly apart, ``numerically_apart``),
+   always in worker processes (math-verify's signal-based timeouts fail outside the main thread and
    cannot stop a sympy call stuck in C, so they are disabled): each check has a deadline of ``timeout`` seconds;
    a check past it scores 0 and its worker is killed and replaced. Batches with at least ``parallel_threshold``
    such checks are spread over ``num_workers`` processes, smaller ones use one. The completion is only parsed,
@@ -149,13 +150,47 @@ def _parse(answer: str):
     )
 
 
+def _closed_form_value(item) -> complex | None:
+    """The value of a parsed answer that is a closed-form number (no free symbol, no percentage), else ``None``."""
+    from sympy import Expr, UnevaluatedExpr
+
+    if not isinstance(item, Expr) or item.free_symbols or item.has(UnevaluatedExpr):  # x% parses with UnevaluatedExpr
+        return None
+    try:
+        value = complex(item.evalf(30))
+    except Exception:  # not a number (undefined function, matrix, ...)
+        return None
+    return value if abs(value) < float("inf") else None
+
+
+def numerically_apart(parsed_gold: list, parsed_pred: list) -> bool:
+    """Whether math-verify certainly says "not equal" without its slowest step (``simplify(gold - pred)``): both sides
+    are closed-form numbers whose values differ by more than its 6-decimal float rounding can join, and their LaTeX
+    strings differ. math-verify's other routes (relations, sets, symbols, ``x% == x``) need what is excluded here."""
+    values = []
+    for parsed in (parsed_gold, parsed_pred):
+        items = [x for x in parsed if not isinstance(x, str)]
+        values.append([_closed_form_value(x) for x in items])
+        if not items or None in values[-1]:
+            return False
+    if {x for x in parsed_gold if isinstance(x, str)} & {x for x in parsed_pred if isinstance(x, str)}:
+        return False
+    gaps = [(abs(a - b), max(abs(a), abs(b))) for a in values[0] for b in values[1]]
+    return all(gap > 1e-5 and gap > 1e-9 * size for gap, size in gaps)
+
+
 def verify_answer(gold: str, pred: str) -> float:
     """math-verify's decision (1.0/0.0) on answers ``gold`` and ``pred``, without a time bound: run it in a worker."""
     from math_verify import verify
 
     try:
         parsed_gold = _parse(gold)
-        return float(bool(parsed_gold) and verify(parsed_gold, _parse(pred), timeout_seconds=None))
+        if not parsed_gold:
+            return 0.0
+        parsed_pred = _parse(pred)
+        if numerically_apart(parsed_gold, parsed_pred):
+            return 0.0
+        return float(verify(parsed_gold, parsed_pred, timeout_seconds=None))
     except Exception:  # math-verify already swallows most errors; a parser crash on hostile input scores 0
         return 0.0
 
