@@ -1,11 +1,12 @@
 """Reward throughput: completions scored per second, one process vs the parallel path where one exists.
 
-    python benchmarks/rewards.py [--countdown N] [--hitab N] [--math N] [--batch B] [--workers W]
+    python benchmarks/rewards.py [--countdown N] [--hitab N] [--math N] [--math-symbolic N] [--batch B] [--workers W]
 
 Completions are realistic: a few hundred characters of reasoning ending in the answer, half of them correct.
 Countdown tasks are generated; HiTab golds are the committed test fixture's; math completions carry NEW answers
-(distinct fractions that only math-verify can decide, a fresh reward instance per run) so that neither the fast
-string check nor any cache helps. Rewards are called in TRL-sized batches of ``--batch`` completions; the math
+(fresh random values, a fresh reward instance per run, so no cache helps): "math mixed" has 30% radicals and
+polynomials that need math-verify and 70% integers, fractions and decimals that the reward's fast check decides;
+"math symb." is all math-verify checks. Rewards are called in TRL-sized batches of ``--batch`` completions; the math
 reward's checker processes are started before timing; its serial figure is one checker process (it never checks
 in the calling process), the parallel one ``--workers`` processes. Countdown and HiTab have no parallel path.
 Targets on 2 cores: Countdown and HiTab 20,000/s, math 500/s.
@@ -59,14 +60,26 @@ def hitab_batch(n: int):
     return completions, {"answer": answers}
 
 
-def math_batch(n: int, rng: random.Random):
+def math_batch(n: int, symbolic_share: float, rng: random.Random):
+    """New answers (fresh random values, so no cache helps): a ``symbolic_share`` of radicals and polynomials that
+    only math-verify decides, the rest integers, fractions and decimals that the reward's fast check decides."""
     completions, answers = [], []
     for i in range(n):
-        a, b = rng.randint(1, 10**6), rng.randint(1, 10**6)
-        pred = f"\\frac{{{2 * a}}}{{{2 * b}}}" if i % 2 == 0 else f"\\frac{{{a + 1}}}{{{b}}}"
-        detail = f"Simplifying the ratio gives {pred}."
+        a, b, c = rng.randint(2, 10**4), rng.randint(2, 10**4), rng.choice([2, 3, 5, 6, 7, 10, 11, 13])
+        wrong = i % 2
+        if rng.random() < symbolic_share:
+            if rng.random() < 0.5:
+                gold, pred = f"\\frac{{{a}\\sqrt{{{c}}}}}{{{b}}}", f"\\frac{{{a + wrong}}}{{{b}}}\\sqrt{{{c}}}"
+            else:
+                gold, pred = f"{a}x^2+{b}x", f"x({a}x+{b + wrong})"
+        else:
+            gold, pred = rng.choice(
+                [(str(a), str(a + wrong)), (f"\\frac{{{a}}}{{{b}}}", f"\\dfrac{{{2 * a + wrong}}}{{{2 * b}}}"),
+                 (f"{a}.5", f"{a + wrong}.50")]
+            )
+        detail = f"Simplifying the expression gives {pred}."
         completions.append(f"<think>{REASONING.format(detail=detail)}</think> The answer is $\\boxed{{{pred}}}$.")
-        answers.append(f"\\frac{{{a}}}{{{b}}}")
+        answers.append(gold)
     return completions, answers
 
 
@@ -78,10 +91,10 @@ def throughput(reward, completions, columns, batch: int) -> float:
     return len(completions) / (time.perf_counter() - start)
 
 
-def math_throughput(n: int, batch: int, workers: int, seed: int) -> float:
-    completions, answers = math_batch(n, random.Random(seed))  # new answers for each run
+def math_throughput(n: int, symbolic_share: float, batch: int, workers: int, seed: int) -> float:
+    completions, answers = math_batch(n, symbolic_share, random.Random(seed))  # new answers for each run
     reward = MathReward(num_workers=workers, parallel_threshold=1)
-    reward(completions=["\\boxed{\\frac{2}{4}}"] * workers, answer=["\\frac{1}{3}"] * workers)  # start workers
+    reward(completions=["\\boxed{x(x+1)}"] * workers, answer=["x^2+x"] * workers)  # start the workers
     try:
         return throughput(reward, completions, {"answer": answers}, batch)
     finally:
@@ -92,7 +105,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--countdown", type=int, default=100_000, help="Countdown completions")
     parser.add_argument("--hitab", type=int, default=100_000, help="HiTab completions")
-    parser.add_argument("--math", type=int, default=2_000, help="math completions (all need math-verify)")
+    parser.add_argument("--math", type=int, default=2_000, help="math completions, 30%% symbolic")
+    parser.add_argument("--math-symbolic", type=int, default=500, help="math completions, all symbolic")
     parser.add_argument("--batch", type=int, default=256, help="completions per reward call")
     parser.add_argument("--workers", type=int, default=2, help="checker processes of the math parallel path")
     args = parser.parse_args()
@@ -100,9 +114,10 @@ def main() -> None:
         ("countdown", args.countdown, throughput(countdown_reward, *countdown_batch(args.countdown), args.batch),
          None, 20_000),
         ("hitab", args.hitab, throughput(hitab_reward, *hitab_batch(args.hitab), args.batch), None, 20_000),
-        ("math", args.math, math_throughput(args.math, args.batch, 1, seed=1),
-         math_throughput(args.math, args.batch, args.workers, seed=2), 500),
     ]
+    for name, n, share in (("math mixed", args.math, 0.3), ("math symb.", args.math_symbolic, 1.0)):
+        rows.append((name, n, math_throughput(n, share, args.batch, 1, seed=1),
+                     math_throughput(n, share, args.batch, args.workers, seed=2), 500))
     print(f"{'reward':<10} {'completions':>11} {'serial /s':>11} {f'{args.workers} workers /s':>13} {'target /s':>10}")
     for name, n, single, parallel, target in rows:
         parallel_text = "-" if parallel is None else f"{parallel:,.0f}"
