@@ -163,18 +163,25 @@ def _closed_form_value(item) -> complex | None:
     return value if abs(value) < float("inf") else None
 
 
+def _structurally_equal(a, b) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:
+        return False
+
+
 def numerically_apart(parsed_gold: list, parsed_pred: list) -> bool:
     """Whether math-verify certainly says "not equal" without its slowest step (``simplify(gold - pred)``): both sides
-    are closed-form numbers whose values differ by more than its 6-decimal float rounding can join, and their LaTeX
-    strings differ. math-verify's other routes (relations, sets, symbols, ``x% == x``) need what is excluded here."""
+    are closed-form numbers, not structurally equal, whose values differ by more than its 6-decimal float rounding
+    can join. math-verify's other routes (relations, sets, symbols, ``x% == x``) need what is excluded here."""
+    if any(_structurally_equal(g, p) for g in parsed_gold for p in parsed_pred):  # math-verify's first test
+        return False
     values = []
     for parsed in (parsed_gold, parsed_pred):
         items = [x for x in parsed if not isinstance(x, str)]
         values.append([_closed_form_value(x) for x in items])
         if not items or None in values[-1]:
             return False
-    if {x for x in parsed_gold if isinstance(x, str)} & {x for x in parsed_pred if isinstance(x, str)}:
-        return False
     gaps = [(abs(a - b), max(abs(a), abs(b))) for a in values[0] for b in values[1]]
     return all(gap > 1e-5 and gap > 1e-9 * size for gap, size in gaps)
 
