@@ -56,6 +56,8 @@ def _is_complete(directory: Path) -> bool:
 def _rebuild(target: Path) -> None:
     """Dequantise the GGUF model into a plain float32 Llama model and save it with its tokenizer to ``target``."""
     source = _gguf_dir()
+    if importlib.util.find_spec("gguf") is None:
+        raise ImportError("Reading the GGUF file needs the `gguf` package: pip install 'gguf>=0.10'")
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import itertools
 import math
+import subprocess
+import sys
 
 import pytest
 from hypothesis import given
@@ -109,3 +111,8 @@ def test_macro_average_and_table():
     assert lines[2].startswith("| a | 50.00 | 100.00 |")
     assert lines[-1].startswith("| macro avg | 50.00 | 75.00 |")
     assert len(lines) == 5
+
+
+def test_metrics_and_report_import_without_torch():
+    code = "import sys, acpo_trl.evaluation.metrics, acpo_trl.evaluation.report; assert 'torch' not in sys.modules"
+    subprocess.run([sys.executable, "-c", code], check=True)

