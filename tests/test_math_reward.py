@@ -3,6 +3,7 @@
 import logging
 import os
 import pickle
+import threading
 import time
 from fractions import Fraction
 from pathlib import Path
@@ -198,7 +199,7 @@ def test_trl_name_and_pickling():
 
 
 def slow_pairs(n: int):
-    """``n`` completions that only math-verify decides (irrational forms), about half right."""
+    """``n`` completions that only a checker process decides (irrational forms); those at odd indices are right."""
     golds = [f"\\sqrt{{{k}}}+{k % 7}" for k in range(2, n + 2)]
     preds = [f"{k % 7} + \\sqrt{{{k if i % 2 else k + 1}}}" for i, k in enumerate(range(2, n + 2))]
     return [f"\\boxed{{{p}}}" for p in preds], golds
@@ -271,6 +272,19 @@ def test_a_dead_worker_is_replaced():
         assert reward(completions=[r"\boxed{\sqrt{4}}"], answer=["2"]) == [1.0]
         reward._pool.workers[0].process.kill()
         reward._pool.workers[0].process.wait()
+        assert reward(completions=[r"\boxed{\sqrt{9}}"], answer=["3"]) == [1.0]
+    finally:
+        reward.close()
+
+
+def test_a_worker_dying_mid_check_scores_zero(caplog):
+    reward = MathReward(timeout=60.0, num_workers=1)
+    try:
+        assert reward(completions=[r"\boxed{\sqrt{4}}"], answer=["2"]) == [1.0]
+        threading.Timer(0.5, reward._pool.workers[0].process.kill).start()  # dies inside a hanging check
+        start = time.perf_counter()
+        assert reward(completions=[f"\\boxed{{{HANGS[0]}}}"], answer=["1"]) == [0.0]
+        assert time.perf_counter() - start < 10.0 and "crashed" in caplog.text
         assert reward(completions=[r"\boxed{\sqrt{9}}"], answer=["3"]) == [1.0]
     finally:
         reward.close()
