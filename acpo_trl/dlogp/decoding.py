@@ -105,10 +105,13 @@ def two_model_step(
     return tokens, selected
 
 
-def _next_logp(model, input_ids, attention_mask, position_ids, cache):
-    """Next-token log-probs [B, V] (float32) and the updated KV cache. transformers >= 5.2x names the cache
-    argument and output ``cache``, earlier versions ``past_key_values``."""
-    cache_name = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+def _cache_argument(model) -> str:
+    """The name of the KV-cache argument and output: ``cache`` in transformers >= 5.2x, ``past_key_values`` before."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def _next_logp(model, cache_name, input_ids, attention_mask, position_ids, cache):
+    """Next-token log-probs [B, V] (float32) and the updated KV cache."""
     out = model(
         input_ids=input_ids,
         attention_mask=attention_mask,
@@ -140,7 +143,8 @@ def _decode(
         attention_mask[i, width - len(p) :] = 1
     input_ids, attention_mask = input_ids.to(device), attention_mask.to(device)
     positions = (attention_mask.cumsum(-1) - 1).clamp(min=0)
-    states = [_next_logp(m, input_ids, attention_mask, positions, None) for m in models]
+    cache_names = [_cache_argument(m) for m in models]
+    states = [_next_logp(m, c, input_ids, attention_mask, positions, None) for m, c in zip(models, cache_names)]
     eos = torch.tensor(list(eos_ids), device=device)
     finished = torch.zeros(len(prompt_ids), dtype=torch.bool, device=device)
     position = positions[:, -1:]
@@ -156,7 +160,10 @@ def _decode(
             break
         attention_mask = torch.cat([attention_mask, torch.ones_like(attention_mask[:, :1])], dim=-1)
         position = position + 1
-        states = [_next_logp(m, tokens[:, None], attention_mask, position, cache) for m, (_, cache) in zip(models, states)]
+        states = [
+            _next_logp(m, c, tokens[:, None], attention_mask, position, cache)
+            for m, c, (_, cache) in zip(models, cache_names, states)
+        ]
     tokens, selected, alive = (torch.stack(x, dim=1).cpu() for x in (steps_tokens, steps_selected, steps_alive))
     return Generation(
         responses=[t[a].tolist() for t, a in zip(tokens, alive)],
