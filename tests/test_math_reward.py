@@ -22,7 +22,7 @@ from acpo_trl.rewards.math import (
     last_boxed,
     math_reward,
     normalize_answer,
-    numerically_apart,
+    sympy_shortcut,
     verify_answer,
 )
 
@@ -92,22 +92,46 @@ def test_math_verify_accepts_every_fixture_gold():
     assert [g for g in ALL_GOLDS if verify_answer(gold_answer(g), gold_answer(g)) != 1.0] == []
 
 
-CLOSED_FORMS = [r"\sqrt{2}", r"\frac{\sqrt{2}}{2}", "0.707107", "0.7071", r"\pi", "3.14159", r"e^{2}", r"\ln 2", r"50\%",
-                "0.5", "50", r"2^{10}", "1024", r"\sin(\pi/6)", "1/2", r"45^\circ", "i", "1+i", r"\infty"]
+SHORTCUT_FORMS = [
+    r"\sqrt{2}", r"\frac{\sqrt{2}}{2}", "0.707107", "0.7071", r"\pi", "3.14159", r"e^{2}", r"\ln 2", r"50\%", "0.5",
+    "50", r"2^{10}", "1024", r"\sin(\pi/6)", "1/2", r"45^\circ", "i", "1+i", r"\infty", "x^2+2x+1", "(x+1)^2",
+    "x(x+2)+1", "2x", "x+x", r"\frac{x}{2}", "0.5x", "ab", "a b", "n^2", r"\frac{1}{x}", "x^{-1}", r"\sqrt{x^2}", "x",
+    r"\sin^2 x+\cos^2 x", "1", "e^{x}", r"\exp(x)", "x=2", "2",
+]
 
 
-def test_numeric_shortcut_agrees_with_math_verify():
-    """Wherever ``numerically_apart`` skips math-verify's ``simplify``, full math-verify also says "not equal"."""
+def assert_shortcut_agrees(pairs) -> int:
+    """``sympy_shortcut`` decides like full math-verify wherever it decides; returns how often it decided."""
     logging.getLogger("math_verify").setLevel(logging.ERROR)
-    pairs = [(g, p) for g in CLOSED_FORMS for p in CLOSED_FORMS]
-    pairs += [(g, o) for golds in GOLDS.values() for g, o in zip(golds, golds[1:] + golds[:1])]
-    fired = 0
+    decided = 0
     for gold, pred in pairs:
         parsed_gold, parsed_pred = _parse(gold_answer(gold)), _parse(gold_answer(pred))
-        if numerically_apart(parsed_gold, parsed_pred):
-            fired += 1
-            assert not verify(parsed_gold, parsed_pred, timeout_seconds=None), (gold, pred)
-    assert fired > len(pairs) // 2
+        shortcut = sympy_shortcut(parsed_gold, parsed_pred)
+        if shortcut is not None:
+            decided += 1
+            assert shortcut == float(verify(parsed_gold, parsed_pred, timeout_seconds=None)), (gold, pred)
+    return decided
+
+
+def test_sympy_shortcut_agrees_with_math_verify():
+    n = len(SHORTCUT_FORMS)
+    pairs = [(SHORTCUT_FORMS[i], SHORTCUT_FORMS[(i + k) % n]) for i in range(n) for k in (1, 2, 3, n - 1, n - 2)]
+    pairs += [(g, o) for golds in GOLDS.values() for g, o in zip(golds, golds[1:] + golds[:1])]
+    assert assert_shortcut_agrees(pairs) > len(pairs) // 2
+
+
+def latex_polynomial(coefficients: list[int]) -> str:
+    return "+".join(f"{c}x^{{{k}}}" for k, c in enumerate(coefficients)).replace("+-", "-")
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.lists(st.integers(-9, 9), min_size=1, max_size=4), st.lists(st.integers(-9, 9), min_size=1, max_size=3),
+       st.integers(-2, 2))
+def test_sympy_shortcut_on_random_polynomials(p, q, change):
+    """Gold: the expanded product p*q; prediction: the factored form, sometimes with one coefficient changed."""
+    product = [sum(p[i] * q[k - i] for i in range(len(p)) if 0 <= k - i < len(q)) for k in range(len(p) + len(q) - 1)]
+    q = [q[0] + change, *q[1:]]
+    assert_shortcut_agrees([(latex_polynomial(product), f"({latex_polynomial(p)})({latex_polynomial(q)})")])
 
 
 def differs_in_value(a: str, b: str) -> bool:

@@ -10,12 +10,11 @@ Checks run in three stages, so that a training step is never stalled by one comp
 1. a fast check of normalised strings, only where its decision is certainly math-verify's (``fast_score``): equal
    strings, and integers / decimals / integer fractions compared by value;
 2. an LRU cache ``(gold, pred) -> score``;
-3. math-verify (skipping its ``simplify`` when two closed-form numbers are certainly apart, ``numerically_apart``),
-   always in worker processes (math-verify's signal-based timeouts fail outside the main thread and
-   cannot stop a sympy call stuck in C, so they are disabled): each check has a deadline of ``timeout`` seconds;
-   a check past it scores 0 and its worker is killed and replaced. Batches with at least ``parallel_threshold``
-   such checks are spread over ``num_workers`` processes, smaller ones use one. The completion is only parsed,
-   never executed.
+3. math-verify (skipping its slow ``simplify`` where the outcome is certain, ``sympy_shortcut``), always in worker
+   processes (math-verify's signal-based timeouts fail outside the main thread and cannot stop a sympy call stuck
+   in C, so they are disabled): each check has a deadline of ``timeout`` seconds; a check past it scores 0 and its
+   worker is killed and replaced. Batches with at least ``parallel_threshold`` such checks are spread over
+   ``num_workers`` processes, smaller ones use one. The completion is only parsed, never executed.
 """
 
 from __future__ import annotations
@@ -150,15 +149,28 @@ def _parse(answer: str):
     )
 
 
-def _closed_form_value(item) -> complex | None:
-    """The value of a parsed answer that is a closed-form number (no free symbol, no percentage), else ``None``."""
-    from sympy import Expr, UnevaluatedExpr
+# Generic values for free symbols (Euler-Mascheroni, Apery, Catalan, golden ratio, Khinchin constants).
+_GENERIC = (0.5772156649015329, 1.2020569031595942, 0.9159655941772190, 1.6180339887498949, 2.6854520010653064)
 
-    if not isinstance(item, Expr) or item.free_symbols or item.has(UnevaluatedExpr):  # x% parses with UnevaluatedExpr
-        return None
+
+def _plain(item) -> bool:
+    """A parsed answer that math-verify compares only by equality, numbers and ``simplify``: an expression that is no
+    bare symbol (``ab`` vs ``a*b``), matrix or percentage (``x% == x``), and has no float next to a symbol."""
+    from sympy import Expr, Float, Symbol, UnevaluatedExpr
+
+    return (
+        isinstance(item, Expr)
+        and not isinstance(item, Symbol)
+        and not getattr(item, "is_Matrix", False)
+        and not item.has(UnevaluatedExpr)
+        and not (item.free_symbols and item.has(Float))
+    )
+
+
+def _value(item, point: dict) -> complex | None:
     try:
-        value = complex(item.evalf(30))
-    except Exception:  # not a number (undefined function, matrix, ...)
+        value = complex(item.evalf(30, subs=point))
+    except Exception:  # not a number there (undefined function, ...)
         return None
     return value if abs(value) < float("inf") else None
 
@@ -170,20 +182,37 @@ def _structurally_equal(a, b) -> bool:
         return False
 
 
-def numerically_apart(parsed_gold: list, parsed_pred: list) -> bool:
-    """Whether math-verify certainly says "not equal" without its slowest step (``simplify(gold - pred)``): both sides
-    are closed-form numbers, not structurally equal, whose values differ by more than its 6-decimal float rounding
-    can join. math-verify's other routes (relations, sets, symbols, ``x% == x``) need what is excluded here."""
-    if any(_structurally_equal(g, p) for g in parsed_gold for p in parsed_pred):  # math-verify's first test
-        return False
-    values = []
-    for parsed in (parsed_gold, parsed_pred):
-        items = [x for x in parsed if not isinstance(x, str)]
-        values.append([_closed_form_value(x) for x in items])
-        if not items or None in values[-1]:
-            return False
-    gaps = [(abs(a - b), max(abs(a), abs(b))) for a in values[0] for b in values[1]]
-    return all(gap > 1e-5 and gap > 1e-9 * size for gap, size in gaps)
+def _apart(gold, pred, points: list[dict]) -> bool | None:
+    """Whether ``gold`` and ``pred`` differ at some point by more than 6-decimal rounding joins (``None``: no value)."""
+    values = [(_value(gold, point), _value(pred, point)) for point in points]
+    if any(a is None or b is None for a, b in values):
+        return None
+    return any(abs(a - b) > 1e-5 and abs(a - b) > 1e-9 * max(abs(a), abs(b)) for a, b in values)
+
+
+def sympy_shortcut(parsed_gold: list, parsed_pred: list) -> float | None:
+    """math-verify's decision on two parsed answers where it is certain without its slowest step,
+    ``simplify(gold - pred)``, else ``None``. Only plain expressions (``_plain``) that are not structurally equal
+    (math-verify's first, cheap test) are decided: 0.0 if every gold/pred pair differs, at two generic points of
+    the free symbols, by more than math-verify's 6-decimal float rounding can join; 1.0 if a gold/pred difference
+    with free symbols expands to 0 (a polynomial identity, which ``simplify`` finds)."""
+    from sympy import expand
+
+    golds = [x for x in parsed_gold if not isinstance(x, str)]
+    preds = [x for x in parsed_pred if not isinstance(x, str)]
+    if not golds or not preds or not all(_plain(x) for x in golds + preds):
+        return None
+    if any(_structurally_equal(g, p) for g in parsed_gold for p in parsed_pred):
+        return None
+    symbols = sorted(set().union(*(x.free_symbols for x in golds + preds)), key=str)
+    if len(symbols) > len(_GENERIC):
+        return None
+    points = [dict(zip(symbols, _GENERIC[shift:] + _GENERIC[:shift])) for shift in (0, 1)] if symbols else [{}]
+    if all(_apart(g, p, points) for g in golds for p in preds):
+        return 0.0
+    if symbols and any(expand(g - p) == 0 for g in golds for p in preds):
+        return 1.0
+    return None
 
 
 def verify_answer(gold: str, pred: str) -> float:
@@ -195,8 +224,9 @@ def verify_answer(gold: str, pred: str) -> float:
         if not parsed_gold:
             return 0.0
         parsed_pred = _parse(pred)
-        if numerically_apart(parsed_gold, parsed_pred):
-            return 0.0
+        shortcut = sympy_shortcut(parsed_gold, parsed_pred)
+        if shortcut is not None:
+            return shortcut
         return float(verify(parsed_gold, parsed_pred, timeout_seconds=None))
     except Exception:  # math-verify already swallows most errors; a parser crash on hostile input scores 0
         return 0.0
