@@ -229,9 +229,10 @@ def slow_pairs(n: int):
     return [f"\\boxed{{{p}}}" for p in preds], golds
 
 
-def test_parallel_path_matches_single_worker():
+def test_parallel_path_matches_single_worker_and_in_process_math_verify():
     completions, golds = slow_pairs(40)
     expected = [float(i % 2) for i in range(40)]
+    assert [verify_answer(g, last_boxed(c)) for c, g in zip(completions, golds)] == expected
     single = MathReward(num_workers=1, timeout=20.0)
     parallel = MathReward(num_workers=2, parallel_threshold=8, timeout=20.0)
     try:
