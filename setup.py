@@ -15,7 +15,7 @@ setup(
     license="Apache-2.0",
     python_requires=">=3.10",
     packages=find_packages(include=["acpo_trl", "acpo_trl.*"]),
-    package_data={"acpo_trl": ["py.typed"]},
+    package_data={"acpo_trl": ["py.typed", "data/files/math_eval/*.jsonl", "data/files/math_eval/README.md"]},
     install_requires=[
         # torch is deliberately a range that the CPU build 2.13.0 satisfies: install torch first.
         "torch>=2.4",

@@ -10,11 +10,14 @@ logs the loss's metrics with one all-reduce per micro-batch.
 from __future__ import annotations
 
 import math
+import os
+import textwrap
 
 import torch
 from trl import GRPOTrainer
 
 from .config import ACPOConfig
+from .hub import HubUnreachableError, check_hub_reachable
 from .losses import PolicyLossInputs, aggregate_loss, get_policy_loss
 
 # Model inputs that TRL's batches may carry besides ids and masks (multimodal models), forwarded as they are.
@@ -40,6 +43,19 @@ class ACPOTrainer(GRPOTrainer):
 
     _tag_names = ["trl", "grpo", "acpo"]
     _name = "ACPO"
+    _paper = {
+        "title": "What are Key Factors for Updates in RL for LLM Reasoning?",
+        "id": "2606.22570",
+        # docstyle-ignore
+        "citation": textwrap.dedent("""\
+            @article{wang2026acpo,
+                title        = {{What are Key Factors for Updates in RL for LLM Reasoning?}},
+                author       = {Wang and others},
+                year         = 2026,
+                eprint       = {arXiv:2606.22570},
+            }"""),
+    }
+    task_name: str | None = None  # set by acpo-train; shown in the model card
 
     def __init__(self, model, reward_funcs=None, args: ACPOConfig | None = None, *pargs, **kwargs):
         if args is None:
@@ -52,6 +68,26 @@ class ACPOTrainer(GRPOTrainer):
             )
         super().__init__(model, reward_funcs, args, *pargs, **kwargs)
         self.policy_loss_fn = get_policy_loss(args.policy_loss)
+
+    def create_model_card(self, model_name=None, dataset_name=None, tags=None):
+        """TRL's model card, plus a section stating the method, the paper, the per-bin settings, the regime
+        (optimizer updates per rollout) and the task."""
+        super().create_model_card(model_name=model_name, dataset_name=dataset_name, tags=tags)
+        if self.is_world_process_zero():
+            path = os.path.join(self.args.output_dir, "README.md")
+            with open(path, "a", encoding="utf-8") as f:
+                f.write("\n" + acpo_card_section(self.args, self.task_name or dataset_name))
+
+    def push_to_hub(self, *args, **kwargs):
+        """``Trainer.push_to_hub`` after checking that the Hub is reachable; a failed upload names its cause."""
+        check_hub_reachable()
+        try:
+            return super().push_to_hub(*args, **kwargs)
+        except Exception as error:  # httpx / HfHubHTTPError / OSError: say what failed and where the model is
+            raise HubUnreachableError(
+                f"push_to_hub to {self.hub_model_id or self.args.hub_model_id} failed: {error}. The model is saved in "
+                f"{self.args.output_dir}."
+            ) from error
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
@@ -170,3 +206,33 @@ class ACPOTrainer(GRPOTrainer):
         totals = self._all_reduce_sum(stacked).tolist()
         for name, (num, den) in zip(names, totals):
             self._metrics[mode][name].append(num / den if den > 0 else math.nan)
+
+
+def acpo_card_section(args: ACPOConfig, task: str | None) -> str:
+    """The model card's training-method section for ``args`` (Markdown)."""
+    upr = args.updates_per_rollout
+    regime = "on-policy (one update per rollout)" if args.is_on_policy else (
+        "near on-policy" if upr <= 2 else "off-policy"
+    )
+    lines = [
+        "## ACPO training settings",
+        "",
+        f"Trained with `acpo_trl`'s ACPOTrainer, policy loss `{args.policy_loss}`. ACPO (arXiv 2606.22570) clips the",
+        "importance ratio of each token within a range set per bin of the current token probability:",
+        "eps_b = clamp(base + alpha * std_b, min, max), std_b the within-bin std of the ratio.",
+        "",
+        "| setting | value |",
+        "|---|---|",
+        f"| policy loss | `{args.policy_loss}` |",
+        f"| probability bins K | {args.acpo_num_bins} |",
+        f"| alpha / base / clip min / clip max | {args.acpo_alpha} / {args.acpo_base_clip} / {args.acpo_clip_min} / "
+        f"{args.acpo_clip_max} |",
+        f"| dual-clip c | {args.dual_clip_c} |",
+        f"| bin statistics | {args.acpo_stats_scope} |",
+        f"| loss aggregation | `{args.loss_type}` |",
+        f"| regime | {regime}: {upr:g} optimizer updates per rollout |",
+        f"| completions per prompt | {args.num_generations} |",
+        f"| learning rate | {args.learning_rate} |",
+        f"| task | {task or 'unspecified'} |",
+    ]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,44 @@
+"""Trainer callbacks of ``acpo-train``: a metrics JSONL file and a progress bar that shows reward and clip ranges."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+
+from transformers import ProgressCallback, TrainerCallback
+
+
+class MetricsJSONLCallback(TrainerCallback):
+    """Append every log entry (``{"step": ..., **logs}``) as one JSON line to ``path`` (main process only)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        if state.is_world_process_zero:
+            os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or not logs:
+            return
+        clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in logs.items()}
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write(json.dumps({"step": state.global_step, **clean}) + "\n")
+
+
+class RewardProgressCallback(ProgressCallback):
+    """transformers' progress bar, with the latest reward and ACPO bin ranges as its postfix instead of printed
+    log dictionaries."""
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not state.is_world_process_zero or self.training_bar is None or not logs:
+            return
+        postfix = {}
+        if logs.get("reward") is not None:
+            postfix["reward"] = f"{logs['reward']:.3f}"
+        eps = [logs[k] for k in sorted(logs) if k.startswith("acpo/bin") and k.endswith("/eps") and logs[k] is not None]
+        if eps:
+            postfix["eps"] = "/".join(f"{e:.2f}" for e in eps)
+        if postfix:
+            self.training_bar.set_postfix(postfix, refresh=False)

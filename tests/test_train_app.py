@@ -1,0 +1,145 @@
+"""acpo-train end to end on the tiny local model: outputs of the report, LoRA, exact resume, model card, Hub."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+import torch
+import yaml
+
+from conftest import trainer_kwargs
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    from acpo_trl.toy import build_tiny_model
+
+    path = tmp_path_factory.mktemp("tiny")
+    model, tokenizer = build_tiny_model(seed=0)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def recipe(tmp_path, tiny_dir, **overrides):
+    config = {
+        "model_name_or_path": tiny_dir, "task": "toy", "num_train_tasks": 64, "num_eval_tasks": 4, "eval_k": 2,
+        "output_dir": str(tmp_path / "out"), "use_cpu": True, "bf16": False, "per_device_train_batch_size": 8,
+        "num_generations": 4, "steps_per_generation": 2, "max_completion_length": 8, "learning_rate": 0.01,
+        "max_steps": 4, "logging_steps": 1, "save_strategy": "no", "report_to": "none", "seed": 0,
+        "disable_tqdm": True,
+    }
+    config.update(overrides)
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = tmp_path / "recipe.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
+
+
+def train(path, *extra, callbacks=None):
+    from acpo_trl.train import make_parser, run
+
+    return run(*make_parser().parse_args_and_config(args=["--config", path, *extra]), callbacks=callbacks)
+
+
+@pytest.mark.slow
+def test_acpo_train_writes_report_plot_and_metrics(tmp_path, tiny_dir):
+    trainer = train(recipe(tmp_path, tiny_dir, report=True))
+    out = tmp_path / "out"
+    entries = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [e["step"] for e in entries if "policy_loss" in e] == [1, 2, 3, 4]
+    assert any(e.get("acpo/bin0/eps") is not None for e in entries)
+    assert (out / "training_curves.png").stat().st_size > 10_000
+    report = (out / "report.md").read_text()
+    assert "| eval/toy/avg@2 |" in report and "2 optimizer updates per rollout" in report
+    before_after = json.loads((out / "eval_before_after.json").read_text())
+    assert set(before_after) == {"before", "after"} and "eval/toy/avg@2" in before_after["after"]
+    assert (out / "model.safetensors").exists()
+    assert trainer.task_name == "toy"
+
+
+@pytest.mark.slow
+def test_lora_through_model_config(tmp_path, tiny_dir):
+    from peft import PeftModel
+
+    trainer = train(recipe(tmp_path, tiny_dir, use_peft=True, lora_r=4, lora_alpha=8, learning_rate=0.05))
+    model = trainer.model
+    assert isinstance(model, PeftModel)
+    from acpo_trl.toy import build_tiny_model
+
+    reference, _ = build_tiny_model(seed=0)
+    base = dict(reference.named_parameters())
+    lora_moved = False
+    for name, param in model.named_parameters():
+        if "lora_" in name:
+            assert param.requires_grad
+            lora_moved |= bool(param.abs().sum() > 0) and "lora_B" in name
+        else:
+            assert not param.requires_grad
+            key = name.replace("base_model.model.", "").replace(".base_layer", "")
+            torch.testing.assert_close(param.detach(), base[key].detach())  # frozen base weights unchanged
+    assert lora_moved, "lora_B started at zero and never moved"
+    assert (tmp_path / "out" / "adapter_config.json").exists()
+
+
+@pytest.mark.slow
+def test_resume_from_checkpoint_continues_exactly(tmp_path, tiny_dir):
+    from transformers import TrainerCallback
+
+    class Interrupt(TrainerCallback):
+        """Stop after step 2 (once checkpoint-2 is written), as a killed job would."""
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if state.global_step == 2:
+                control.should_training_stop = True
+
+    common = dict(max_steps=6, save_strategy="steps", save_steps=2, steps_per_generation=2)
+    full = train(recipe(tmp_path / "a", tiny_dir, **common))
+    partial_dir = tmp_path / "b"
+    train(recipe(partial_dir, tiny_dir, **common), callbacks=[Interrupt()])
+    checkpoint = str(partial_dir / "out" / "checkpoint-2")
+    resumed = train(recipe(partial_dir, tiny_dir, **common, resume_from_checkpoint=checkpoint))
+
+    def losses(trainer):
+        return {e["step"]: e["policy_loss"] for e in trainer.state.log_history if "policy_loss" in e}
+
+    uninterrupted, continued = losses(full), losses(resumed)
+    assert sorted(continued) == [1, 2, 3, 4, 5, 6]  # steps 1-2 come from the checkpoint's trainer state
+    for step in continued:
+        assert continued[step] == pytest.approx(uninterrupted[step], rel=1e-5, abs=1e-7), step
+
+
+def test_model_card_states_acpo_settings(tmp_path, tiny_dir):
+    from acpo_trl import ACPOConfig, ACPOTrainer
+    from acpo_trl.toy import toy_dataset, toy_reward
+
+    args = ACPOConfig(**trainer_kwargs(tmp_path, steps_per_generation=16, acpo_alpha=1.0))
+    trainer = ACPOTrainer(tiny_dir, toy_reward, args=args, train_dataset=toy_dataset(8))
+    trainer.task_name = "countdown"
+    trainer.create_model_card(model_name="tiny-acpo")
+    card = (tmp_path / "README.md").read_text()
+    for expected in ("ACPO", "2606.22570", "| probability bins K | 5 |", "| alpha / base / clip min / clip max | 1.0 / 0.2 / 0.0 / 3.0 |",
+                     "| dual-clip c | 3.0 |", "off-policy: 16 optimizer updates per rollout", "| task | countdown |",
+                     "policy loss `acpo`", "acpo"):
+        assert expected in card, expected
+
+
+def test_push_without_network_fails_fast_and_clearly(tmp_path, tiny_dir, monkeypatch):
+    from huggingface_hub import constants
+
+    from acpo_trl import ACPOConfig, ACPOTrainer
+    from acpo_trl.hub import HubUnreachableError
+    from acpo_trl.toy import toy_dataset, toy_reward
+
+    args = ACPOConfig(**trainer_kwargs(tmp_path, hub_model_id="someone/tiny-acpo"))
+    trainer = ACPOTrainer(tiny_dir, toy_reward, args=args, train_dataset=toy_dataset(8))
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
+    start = time.monotonic()
+    with pytest.raises(HubUnreachableError, match="cannot reach the Hub at http://127.0.0.1:9"):
+        trainer.push_to_hub()
+    assert time.monotonic() - start < 10
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
+    with pytest.raises(HubUnreachableError, match="HF_HUB_OFFLINE"):
+        trainer.push_to_hub()
