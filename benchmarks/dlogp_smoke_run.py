@@ -3,7 +3,7 @@
 1. The copy gets a few plain SGD steps on single-digit additions answered "a + b = N. The answer is \\boxed{N}."
    (chat template, the Δlog p paper's instruction) — a stand-in for an RL checkpoint that fixed a behaviour.
 2. ``acpo-dlogp generate`` compares, on held-out additions (a math500-layout file, scored by the project's math
-   reward): each model alone, selective replacement (Δlog p ≤ τ), selective extrapolation (γ), a random selector.
+   reward): each model alone, selective replacement (Δlog p ≤ τ) and selective extrapolation (γ).
 3. ``acpo-dlogp score`` writes the per-token analysis (histograms, summary, top tokens) of both models' samples.
 
     python benchmarks/dlogp_smoke_run.py --out_dir /tmp/dlogp_smoke
@@ -63,11 +63,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out_dir", required=True)
     parser.add_argument("--train", type=int, default=8)
-    parser.add_argument("--test", type=int, default=16)
+    parser.add_argument("--test", type=int, default=8)
     parser.add_argument("--steps", type=int, default=4)
     parser.add_argument("--lr", type=float, default=3e-2)
     parser.add_argument("--k", type=int, default=2)
-    parser.add_argument("--max_new_tokens", type=int, default=40)
+    parser.add_argument("--max_new_tokens", type=int, default=32)
     parser.add_argument("--tau", type=float, default=-0.3)
     parser.add_argument("--gamma", type=float, default=0.1)
     args = parser.parse_args()
@@ -91,9 +91,6 @@ def main() -> None:
               "--batch_size", "16", "--device", "cpu"]  # fmt: skip
     dlogp(["generate", *common, "--methods", "base", "rl", "replace", "extrapolate", "--tau", str(args.tau),
            "--gamma", str(args.gamma), "--out_dir", str(out / "generate")])  # fmt: skip
-    dlogp(["generate", *common, "--methods", "replace", "--criterion", "random", "--tau", "0.1",
-           "--out_dir", str(out / "generate_random")])  # fmt: skip
-    print((out / "generate_random" / "results.md").read_text())
     dlogp(["score", *common, "--k", "1", "--out_dir", str(out / "score")])
     summary = json.loads((out / "score" / "summary.json").read_text())
     for source, metrics in summary.items():

@@ -80,27 +80,23 @@ def token_metrics(
             f"The RL and base log-probs have shapes {tuple(logp_rl.shape)} and {tuple(logp_base.shape)}: "
             "the two models must share a tokenizer (same vocabulary size)."
         )
-    if top_k is None:
-        d_rl, d_base = h_rl, h_base = k_rl, k_base = logp_rl, logp_base
-    else:
+    exact = top_k is None
+    if not exact:
         pad_rl, top_rl = top_k_padded(logp_rl, top_k)
         pad_base, top_base = top_k_padded(logp_base, top_k)
-        d_rl, d_base = pad_rl, pad_base
-        h_rl, h_base = _renormalised(logp_rl, top_rl), _renormalised(logp_base, top_base)
-        union = top_rl | top_base
-        k_rl, k_base = _renormalised(pad_rl, union), _renormalised(pad_base, union)
     out: dict[str, torch.Tensor] = {}
-    for name in names:
-        if name == "dlogp":
-            out[name] = delta_logp(d_rl, d_base, tokens)
-        elif name == "entropy_rl":
-            out[name] = entropy(h_rl)
-        elif name == "entropy_base":
-            out[name] = entropy(h_base)
-        elif name == "kl_rl_base":
-            out[name] = kl(k_rl, k_base)
-        elif name == "kl_base_rl":
-            out[name] = kl(k_base, k_rl)
-        else:
-            out[name] = 0.5 * (kl(k_rl, k_base) + kl(k_base, k_rl))
-    return out
+    if "dlogp" in names:
+        out["dlogp"] = delta_logp(logp_rl, logp_base, tokens) if exact else delta_logp(pad_rl, pad_base, tokens)
+    if "entropy_rl" in names:
+        out["entropy_rl"] = entropy(logp_rl if exact else _renormalised(logp_rl, top_rl))
+    if "entropy_base" in names:
+        out["entropy_base"] = entropy(logp_base if exact else _renormalised(logp_base, top_base))
+    if {"kl_rl_base", "kl_base_rl", "kl_sym"} & set(names):
+        if exact:
+            p, q = logp_rl, logp_base
+        else:  # over the union of the two top-k sets, padded and renormalised
+            union = top_rl | top_base
+            p, q = _renormalised(pad_rl, union), _renormalised(pad_base, union)
+        out["kl_rl_base"], out["kl_base_rl"] = kl(p, q), kl(q, p)
+        out["kl_sym"] = 0.5 * (out["kl_rl_base"] + out["kl_base_rl"])
+    return {name: out[name] for name in names}
