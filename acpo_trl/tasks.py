@@ -114,6 +114,9 @@ def _hitab(args: ACPOScriptArguments, seed: int) -> Task:
     return Task(train, held_out, [hitab_reward])
 
 
+ADDITION_INSTRUCTION = "Put your final answer within \\boxed{}, for example: 2 + 2 = \\boxed{4}."
+
+
 def addition_dataset(num_tasks: int, digits: int, seed: int, template: str):
     """``num_tasks`` problems "What is a + b?" with ``digits``-digit operands (seeded), answer in \\boxed{}."""
     from datasets import Dataset
@@ -125,7 +128,7 @@ def addition_dataset(num_tasks: int, digits: int, seed: int, template: str):
     rows = {"prompt": [], "answer": []}
     for _ in range(num_tasks):
         a, b = rng.randint(low, high), rng.randint(low, high)
-        rows["prompt"].append(build_prompt(f"What is {a} + {b}?", "Put your final answer within \\boxed{}.", template))
+        rows["prompt"].append(build_prompt(f"What is {a} + {b}?", ADDITION_INSTRUCTION, template))
         rows["answer"].append(str(a + b))
     return Dataset.from_dict(rows)
 
