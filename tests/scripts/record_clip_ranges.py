@@ -1,0 +1,121 @@
+"""Test helper: run ``examples/train_acpo.py`` (the ``acpo-train`` code path) under ``accelerate launch`` and record,
+on every rank, what ACPO's loss computed at each micro-step.
+
+    accelerate launch --config_file configs/accelerate/cpu_2proc.yaml tests/scripts/record_clip_ranges.py \\
+        OUT_DIR --config recipe_a.yaml [--config recipe_b.yaml ...]
+
+Each ``--config`` is trained in turn, in the same processes (imports and the process group are paid once). For
+each recipe, rank r writes ``OUT_DIR/<recipe stem>.rank<r>.json`` with one record per call of ACPO's
+``bin_clip_range`` (the per-bin count, std and eps the loss used, plus the eps that *local* statistics would have
+given on the same micro-batch, with that micro-batch's count, mean and std), the per-token loss of that micro-batch (masked mean, this rank's tokens), the
+process layout, and the trainer's log history. Nothing in ``acpo_trl`` is changed: the module-level
+``bin_clip_range`` that ``acpo_loss`` calls is wrapped for the duration of the run.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import math
+import os
+import runpy
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+EXAMPLE = REPO / "examples" / "train_acpo.py"
+
+
+def _floats(tensor) -> list[float]:
+    return [float(v) for v in tensor.detach().double().cpu().reshape(-1).tolist()]
+
+
+def main() -> None:
+    out_dir = Path(sys.argv[1])
+    configs = [sys.argv[i + 1] for i, arg in enumerate(sys.argv) if arg == "--config"]
+    extra = [a for i, a in enumerate(sys.argv[2:], 2) if a != "--config" and sys.argv[i - 1] != "--config"]
+
+    import acpo_trl.losses.acpo as acpo_module
+    import acpo_trl.train as train_module
+    import acpo_trl.trainer as trainer_module
+
+    original_bin_clip_range = acpo_module.bin_clip_range
+    original_get_policy_loss = trainer_module.get_policy_loss
+    original_run = train_module.run
+    records: list[dict] = []
+    finished: list = []
+
+    def recording_bin_clip_range(bins, ratio, **kwargs):
+        stats = original_bin_clip_range(bins, ratio, **kwargs)
+        record = {"scope": "global" if kwargs.get("all_reduce") is not None else "local",
+                  "count": _floats(stats.count), "std": _floats(stats.std), "eps": _floats(stats.eps)}
+        if kwargs.get("all_reduce") is not None:  # what "local" statistics would give on this same micro-batch
+            local = original_bin_clip_range(bins, ratio, **{**kwargs, "all_reduce": None})
+            record.update(local_count=_floats(local.count), local_mean=_floats(local.mean),
+                          local_std=_floats(local.std), local_eps=_floats(local.eps))
+        records.append(record)
+        return stats
+
+    def recording_get_policy_loss(name):
+        fn = original_get_policy_loss(name)
+
+        def wrapped(inputs, config):
+            output = fn(inputs, config)
+            mask = inputs.mask
+            loss = float((output.per_token_loss.detach() * mask).sum() / mask.sum().clamp(min=1))
+            records[-1]["loss"] = loss  # the bin_clip_range record of this very call
+            records[-1]["tokens"] = float(mask.sum())
+            return output
+
+        return wrapped
+
+    def recording_run(*args, **kwargs):
+        trainer = original_run(*args, **kwargs)
+        finished.append(trainer)
+        return trainer
+
+    if os.environ.get("ACPO_TEST_NO_DS_SHM_OP") == "1":
+        # DeepSpeed's CPU backend JIT-compiles a shared-memory all-reduce kernel (minutes on a loaded machine)
+        # that only its inference all-reduce uses; training communicates through torch.distributed (gloo).
+        # (`import deepspeed.comm.torch as m` would bind the real torch: deepspeed.comm re-exports it.)
+        ds_comm_torch = importlib.import_module("deepspeed.comm.torch")
+        ds_comm_torch.build_shm_op = lambda: None
+    acpo_module.bin_clip_range = recording_bin_clip_range
+    trainer_module.get_policy_loss = recording_get_policy_loss
+    train_module.run = recording_run  # examples/train_acpo.py -> acpo_trl.train.main -> run
+    try:
+        for config in configs:
+            records.clear()
+            finished.clear()
+            sys.argv = [str(EXAMPLE), "--config", config, *extra]
+            runpy.run_path(str(EXAMPLE), run_name="__main__")
+            trainer = finished[-1]
+            state = trainer.accelerator.state
+            result = {
+                "config": config,
+                "process_index": state.process_index,
+                "num_processes": state.num_processes,
+                "distributed_type": str(state.distributed_type),
+                "backend": state.backend,
+                "device": str(trainer.accelerator.device),
+                "global_step": trainer.state.global_step,
+                "engine": type(trainer.model_wrapped).__name__,
+                "zero_stage": (trainer.model_wrapped.zero_optimization_stage()
+                               if hasattr(trainer.model_wrapped, "zero_optimization_stage") else None),
+                "optimizer": type(getattr(trainer.model_wrapped, "optimizer", None) or trainer.optimizer).__name__,
+                "records": records,
+                "log_history": [{k: v for k, v in e.items() if isinstance(v, (int, float)) and math.isfinite(v)}
+                                for e in trainer.state.log_history],
+            }
+            out_dir.mkdir(parents=True, exist_ok=True)
+            path = out_dir / f"{Path(config).stem}.rank{state.process_index}.json"
+            path.write_text(json.dumps(result))
+            trainer.accelerator.wait_for_everyone()
+    finally:
+        acpo_module.bin_clip_range = original_bin_clip_range
+        trainer_module.get_policy_loss = original_get_policy_loss
+        train_module.run = original_run
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+"""Real multi-process training on CPU, launched with ``accelerate launch`` as a user would:
+
+- DDP over gloo (``configs/accelerate/cpu_2proc.yaml``): with ``acpo_stats_scope: global`` both ranks use the
+  same per-bin clip ranges at every micro-step (and they are the ranges of the pooled batch); with ``local``
+  they differ.
+- DeepSpeed ZeRO-2 on CPU (``configs/accelerate/deepspeed_zero2_cpu.yaml``): the same run trains under a ZeRO-2
+  engine, the ranks agree, and the clip ranges and losses match the DDP run's.
+
+Each launch runs ``tests/scripts/record_clip_ranges.py``, which executes ``examples/train_acpo.py`` (the
+``acpo-train`` code path) and writes, per rank, what ACPO's loss computed at each micro-step.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+RECORDER = REPO / "tests" / "scripts" / "record_clip_ranges.py"
+DDP_CONFIG = REPO / "configs" / "accelerate" / "cpu_2proc.yaml"
+ZERO2_CPU_CONFIG = REPO / "configs" / "accelerate" / "deepspeed_zero2_cpu.yaml"
+LAUNCH_TIMEOUT_S = 300
+MICRO_STEPS = 4  # max_steps 4 x gradient_accumulation_steps 1
+BASE, ALPHA, EPS_MIN, EPS_MAX, STD_EPS = 0.2, 3.0, 0.0, 3.0, 1e-8
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_recipe(directory: Path, model_dir: str, name: str, **overrides) -> Path:
+    """A tiny off-policy ACPO recipe: 2 optimizer updates per rollout, 4 steps, 4 completions per process."""
+    recipe = {
+        "model_name_or_path": model_dir, "task": "toy", "num_train_tasks": 64, "num_eval_tasks": 4,
+        "output_dir": str(directory / f"out_{name}"), "use_cpu": True, "bf16": False, "seed": 0,
+        "per_device_train_batch_size": 4, "num_generations": 4, "steps_per_generation": 2,
+        "gradient_accumulation_steps": 1, "max_completion_length": 8, "learning_rate": 0.01,
+        "max_steps": 4, "logging_steps": 1, "save_strategy": "no", "report_to": "none", "disable_tqdm": True,
+        "policy_loss": "acpo", "acpo_num_bins": 5, "acpo_alpha": ALPHA, "acpo_base_clip": BASE,
+        "acpo_clip_min": EPS_MIN, "acpo_clip_max": EPS_MAX, "acpo_stats_scope": "global",
+    }
+    recipe.update(overrides)
+    path = directory / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(recipe))
+    return path
+
+
+def launch(config_file: Path, out_dir: Path, recipes: list[Path], *extra: str, env: dict | None = None) -> None:
+    """``accelerate launch`` the recorder on ``recipes`` (trained one after the other in the same processes)."""
+    cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config_file),
+           "--main_process_port", str(free_port()), str(RECORDER), str(out_dir)]
+    for recipe in recipes:
+        cmd += ["--config", str(recipe)]
+    cmd += list(extra)
+    full_env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
+                **(env or {})}
+    try:
+        proc = subprocess.run(cmd, cwd=REPO, env=full_env, capture_output=True, text=True, timeout=LAUNCH_TIMEOUT_S)
+    except subprocess.TimeoutExpired as error:
+        pytest.fail(f"accelerate launch did not finish in {LAUNCH_TIMEOUT_S} s:\n{(error.stderr or '')[-4000:]}")
+    assert proc.returncode == 0, f"accelerate launch failed ({proc.returncode}):\n{proc.stdout[-2000:]}\n{proc.stderr[-6000:]}"
+
+
+def load_ranks(out_dir: Path, name: str) -> list[dict]:
+    ranks = [json.loads((out_dir / f"{name}.rank{r}.json").read_text()) for r in range(2)]
+    assert [r["process_index"] for r in ranks] == [0, 1]
+    assert all(r["num_processes"] == 2 for r in ranks)
+    return ranks
+
+
+def check_completed(ranks: list[dict], model_dir: Path) -> None:
+    """Every rank ran the 4 steps with finite losses, and the trained model was saved."""
+    for rank in ranks:
+        assert rank["global_step"] == MICRO_STEPS
+        assert len(rank["records"]) == MICRO_STEPS
+        assert all(math.isfinite(r["loss"]) and r["tokens"] > 0 for r in rank["records"])
+        logged = [e["policy_loss"] for e in rank["log_history"] if "policy_loss" in e]
+        assert len(logged) == MICRO_STEPS and all(math.isfinite(v) for v in logged)
+    assert (model_dir / "model.safetensors").stat().st_size > 0
+    assert (model_dir / "config.json").exists()
+
+
+def pooled_eps(records: list[dict]) -> list[float]:
+    """eps_b from the ranks' own per-bin count / mean / std pooled into one batch (population variance)."""
+    eps = []
+    for b in range(len(records[0]["local_count"])):
+        counts = [r["local_count"][b] for r in records]
+        n = sum(counts)
+        if n == 0:
+            eps.append(min(max(BASE, EPS_MIN), EPS_MAX))
+            continue
+        means = [r["local_mean"][b] for r in records]
+        variances = [r["local_std"][b] ** 2 - STD_EPS if c > 0 else 0.0 for r, c in zip(records, counts)]
+        mean = sum(c * m for c, m in zip(counts, means)) / n
+        var = sum(c * (v + (m - mean) ** 2) for c, v, m in zip(counts, variances, means)) / n
+        eps.append(min(max(BASE + ALPHA * math.sqrt(max(var, 0.0) + STD_EPS), EPS_MIN), EPS_MAX))
+    return eps
+
+
+@pytest.fixture(scope="module")
+def tiny_model_dir(tmp_path_factory) -> str:
+    from acpo_trl.toy import build_tiny_model
+
+    path = tmp_path_factory.mktemp("tiny_model")
+    model, tokenizer = build_tiny_model(seed=0)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def ddp_runs(tmp_path_factory, tiny_model_dir):
+    """One 2-process DDP launch training the global-statistics recipe, then the local one."""
+    work = tmp_path_factory.mktemp("ddp")
+    recipes = [write_recipe(work, tiny_model_dir, "global"),
+               write_recipe(work, tiny_model_dir, "local", acpo_stats_scope="local")]
+    launch(DDP_CONFIG, work / "records", recipes)
+    return work
+
+
+@pytest.mark.slow
+def test_ddp_two_processes_global_clip_ranges_agree_across_ranks(ddp_runs):
+    ranks = load_ranks(ddp_runs / "records", "global")
+    assert all(r["backend"] == "gloo" and r["distributed_type"] == "DistributedType.MULTI_CPU" for r in ranks)
+    check_completed(ranks, ddp_runs / "out_global")
+    local_differs = False
+    for step, (r0, r1) in enumerate(zip(*(r["records"] for r in ranks))):
+        assert r0["scope"] == r1["scope"] == "global"
+        # The same ranges on both ranks, bit for bit, from the statistics of the pooled batch.
+        assert r0["eps"] == r1["eps"], f"micro-step {step}: rank 0 {r0['eps']} != rank 1 {r1['eps']}"
+        assert r0["count"] == r1["count"] == [a + b for a, b in zip(r0["local_count"], r1["local_count"])]
+        assert r0["eps"] == pytest.approx(pooled_eps([r0, r1]), abs=1e-6)
+        # The two ranks train on different completions, so their own ("local") ranges are not the same.
+        local_differs |= r0["local_eps"] != r1["local_eps"]
+        # Off-policy regime: the first update of a rollout has ratio 1 (eps = base), the second does not.
+        if step % 2 == 0:
+            assert max(r0["eps"]) == pytest.approx(BASE, abs=1e-3)
+        else:
+            assert max(r0["eps"]) > BASE + 0.05
+    assert local_differs
+
+
+@pytest.mark.slow
+def test_ddp_two_processes_local_clip_ranges_differ_across_ranks(ddp_runs):
+    ranks = load_ranks(ddp_runs / "records", "local")
+    check_completed(ranks, ddp_runs / "out_local")
+    pairs = list(zip(*(r["records"] for r in ranks)))
+    assert all(r0["scope"] == r1["scope"] == "local" for r0, r1 in pairs)
+    assert any(r0["eps"] != r1["eps"] for r0, r1 in pairs)
+    # Each rank's statistics count only its own tokens: 4 completions x at most 8 tokens.
+    assert all(sum(r["count"]) <= 4 * 8 for pair in pairs for r in pair)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
+                    reason="deepspeed is not installed (DS_BUILD_OPS=0 pip install --no-build-isolation deepspeed)")
+def test_deepspeed_zero2_on_cpu_matches_ddp(tmp_path, tiny_model_dir, ddp_runs):
+    recipe = write_recipe(tmp_path, tiny_model_dir, "global")
+    # DeepSpeed on CPU: no `use_cpu` (accelerate disables DeepSpeed for a cpu state) and an explicit gloo backend
+    # (see the comments of the accelerate config). The recorder skips the JIT build of DeepSpeed's shared-memory
+    # inference all-reduce kernel, which training does not use.
+    launch(ZERO2_CPU_CONFIG, tmp_path / "records", [recipe], "--use_cpu", "false", "--ddp_backend", "gloo",
+           env={"DS_ACCELERATOR": "cpu", "ACPO_TEST_NO_DS_SHM_OP": "1"})
+    ranks = load_ranks(tmp_path / "records", "global")
+    for rank in ranks:
+        assert rank["distributed_type"] == "DistributedType.DEEPSPEED" and rank["backend"] == "gloo"
+        assert rank["engine"] == "DeepSpeedEngine" and rank["zero_stage"] == 2
+        assert rank["optimizer"] == "DeepSpeedZeroOptimizer"
+    check_completed(ranks, tmp_path / "out_global")
+    ddp = load_ranks(ddp_runs / "records", "global")
+    for rank, ddp_rank in zip(ranks, ddp):
+        for step, (r, d) in enumerate(zip(rank["records"], ddp_rank["records"])):
+            assert r["eps"] == ranks[0]["records"][step]["eps"]  # the ranks agree
+            # Same data and seed as the DDP run: ZeRO-2's sharded optimizer gives the same trajectory.
+            assert r["eps"] == pytest.approx(d["eps"], abs=1e-4)
+            assert r["loss"] == pytest.approx(d["loss"], abs=1e-4)
