@@ -17,6 +17,18 @@ def tiny_model():
     return build_tiny_model(seed=0)
 
 
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory):
+    """The tiny model and tokenizer saved to a folder, for trainers built from a path (as TRL loads models)."""
+    from acpo_trl.toy import build_tiny_model
+
+    path = tmp_path_factory.mktemp("tiny")
+    model, tokenizer = build_tiny_model(seed=0)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
 def trainer_kwargs(tmp_path, **overrides):
     """Small CPU settings shared by the trainer tests."""
     kwargs = dict(

@@ -169,17 +169,6 @@ def diversity_reward(prompts, completions, **kwargs):
     return [len(set(c)) / max(len(c), 1) for c in completions]
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    from acpo_trl.toy import build_tiny_model
-
-    path = tmp_path_factory.mktemp("tiny")
-    model, tokenizer = build_tiny_model(seed=0)
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
-
-
 def make_trainer(tmp_path, model_path, **overrides):
     from acpo_trl import ACPOConfig, ACPOTrainer
     from acpo_trl.toy import build_tokenizer, toy_dataset

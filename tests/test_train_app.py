@@ -12,17 +12,6 @@ import yaml
 from conftest import trainer_kwargs
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory):
-    from acpo_trl.toy import build_tiny_model
-
-    path = tmp_path_factory.mktemp("tiny")
-    model, tokenizer = build_tiny_model(seed=0)
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
-
-
 def recipe(tmp_path, tiny_dir, **overrides):
     config = {
         "model_name_or_path": tiny_dir, "task": "toy", "num_train_tasks": 64, "num_eval_tasks": 4, "eval_k": 2,

@@ -52,18 +52,16 @@ def loss_and_grads(trainer, inputs):
 
 
 @pytest.fixture(scope="module")
-def trainers(tmp_path_factory):
+def trainers(tmp_path_factory, tiny_dir):
     """Build the GRPOTrainer / ACPOTrainer pairs once per configuration (TRL trainers are slow to build)."""
     from trl import GRPOConfig, GRPOTrainer
 
     from acpo_trl import ACPOConfig, ACPOTrainer
-    from acpo_trl.toy import build_tiny_model, toy_dataset, toy_reward
+    from acpo_trl.toy import build_tokenizer, toy_dataset, toy_reward
 
     cache = {}
-    model_dir = str(tmp_path_factory.mktemp("tiny"))
-    model, tokenizer = build_tiny_model(seed=0)
-    model.save_pretrained(model_dir)  # TRL builds the reference model (beta > 0) from the model's path
-    tokenizer.save_pretrained(model_dir)
+    model_dir = tiny_dir  # TRL builds the reference model (beta > 0) from the model's path
+    tokenizer = build_tokenizer()
 
     def get(loss_type, beta=0.0, grad_accum=2, steps_per_generation=4, epsilon_high=0.28, delta=None):
         key = (loss_type, beta, grad_accum, steps_per_generation, epsilon_high, delta)
