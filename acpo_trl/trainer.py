@@ -19,6 +19,7 @@ from trl import GRPOTrainer
 from .config import ACPOConfig
 from .hub import HubUnreachableError, check_hub_reachable
 from .losses import PolicyLossInputs, aggregate_loss, get_policy_loss
+from .losses.registry import flatten_metrics
 
 # Model inputs that TRL's batches may carry besides ids and masks (multimodal models), forwarded as they are.
 _EXTRA_FORWARD_KEYS = (
@@ -201,10 +202,8 @@ class ACPOTrainer(GRPOTrainer):
         """Reduce every (numerator, denominator) pair over processes in one call and record num / den.
 
         An empty denominator (e.g. a bin with no token) records NaN, which TRL drops when it averages."""
-        names = list(metrics)
-        stacked = torch.stack([torch.stack([num.double(), den.double()]) for num, den in metrics.values()])
-        totals = self._all_reduce_sum(stacked).tolist()
-        for name, (num, den) in zip(names, totals):
+        names, rows = flatten_metrics(metrics)
+        for name, (num, den) in zip(names, self._all_reduce_sum(rows).tolist()):
             self._metrics[mode][name].append(num / den if den > 0 else math.nan)
 
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from acpo_trl.losses import POLICY_LOSSES, PolicyLossInputs, get_policy_loss, aggregate_loss
+from acpo_trl.losses import POLICY_LOSSES, PolicyLossInputs, aggregate_loss, flatten_metrics, get_policy_loss
 
 
 def acpo_args(**overrides):
@@ -18,6 +18,11 @@ def acpo_args(**overrides):
     )
     args.update(overrides)
     return SimpleNamespace(**args)
+
+
+def scalar_metrics(metrics):
+    names, rows = flatten_metrics(metrics)
+    return {name: (float(num), float(den)) for name, (num, den) in zip(names, rows)}
 
 
 def hand_batch():
@@ -60,7 +65,7 @@ def test_acpo_loss_by_hand():
     assert grad[2, 0].item() == pytest.approx(0.0)
     # grpo aggregation: mean over rows of the token means = (-2.5 + 2 + 3) / 3.
     assert aggregate_loss(loss, mask, "grpo").item() == pytest.approx(2.5 / 3)
-    m = {k: (float(n), float(d)) for k, (n, d) in out.metrics.items()}
+    m = scalar_metrics(out.metrics)
     assert m["acpo/bin4/eps"][0] == pytest.approx(0.2 + 3 * math.sqrt(0.0625 + 1e-8), rel=1e-6)
     assert m["acpo/bin0/eps"][0] == pytest.approx(3.0)
     assert m["acpo/bin2/eps"][0] == pytest.approx(0.2 + 3e-4, rel=1e-4)
@@ -91,7 +96,7 @@ def test_ppo_clip_by_hand_and_differs_from_acpo():
     assert loss[0].tolist() == pytest.approx([-1.0, -1.3])
     assert loss[1].tolist() == pytest.approx([3.0, 1.6])
     assert loss[2, 0].item() == pytest.approx(3.0)
-    m = {k: (float(n), float(d)) for k, (n, d) in out.metrics.items()}
+    m = scalar_metrics(out.metrics)
     assert m["clip_ratio/low_mean"] == (1.0, 5.0)
     assert m["clip_ratio/high_mean"] == (1.0, 5.0)
 

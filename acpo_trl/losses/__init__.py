@@ -15,6 +15,7 @@ from .registry import (
     POLICY_LOSSES,
     PolicyLossInputs,
     PolicyLossOutput,
+    flatten_metrics,
     get_policy_loss,
     register_policy_loss,
 )
@@ -32,6 +33,7 @@ __all__ = [
     "dominate_loss",
     "dominate_weights",
     "fixed_clip_loss",
+    "flatten_metrics",
     "high_entropy_loss",
     "low_entropy_loss",
     "ppl_loss",

@@ -162,14 +162,14 @@ def per_bin_metrics(
     metrics = clip_ratio_metrics(neg_clipped.sum(), pos_clipped.sum(), total)
     # eps, std and the mean ratio are averaged over the processes (and micro-batches) where the bin holds tokens.
     nonempty = (stats.count > 0).double()
-    for b in range(num_bins):
-        key = f"{prefix}/bin{b}"
-        metrics[f"{key}/eps"] = (stats.eps[b] * nonempty[b], nonempty[b])
-        metrics[f"{key}/std"] = (stats.std[b] * nonempty[b], nonempty[b])
-        metrics[f"{key}/ratio_mean"] = (stats.mean[b] * nonempty[b], nonempty[b])
-        metrics[f"{key}/token_frac"] = (count[b], total)
-        metrics[f"{key}/clip_frac_pos"] = (pos_clipped[b], num_pos[b])
-        metrics[f"{key}/clip_frac_neg"] = (neg_clipped[b], num_neg[b])
+    metrics.update({
+        f"{prefix}/bin{{}}/eps": (stats.eps * nonempty, nonempty),
+        f"{prefix}/bin{{}}/std": (stats.std * nonempty, nonempty),
+        f"{prefix}/bin{{}}/ratio_mean": (stats.mean * nonempty, nonempty),
+        f"{prefix}/bin{{}}/token_frac": (count, total.expand_as(count)),
+        f"{prefix}/bin{{}}/clip_frac_pos": (pos_clipped, num_pos),
+        f"{prefix}/bin{{}}/clip_frac_neg": (neg_clipped, num_neg),
+    })
     return metrics
 
 

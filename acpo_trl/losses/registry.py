@@ -6,8 +6,9 @@ Every policy loss is a pure function ``fn(inputs: PolicyLossInputs, config) -> P
   completion mask, entropies, ...). Shapes are ``(B, T)`` unless stated otherwise.
 - ``config`` is the run's :class:`~acpo_trl.ACPOConfig` (any object with the fields the loss reads).
 - The output is the per-token loss ``(B, T)``, which the trainer aggregates with ``config.loss_type``
-  (grpo / bnpo / dr_grpo / dapo), and metrics as ``name -> (numerator, denominator)`` pairs of 0-dim
-  tensors: the trainer sums both over processes in one all-reduce and logs ``numerator / denominator``.
+  (grpo / bnpo / dr_grpo / dapo), and metrics as ``name -> (numerator, denominator)`` pairs of tensors: the
+  trainer sums both over processes in one all-reduce and logs ``numerator / denominator``. A 0-dim pair is one
+  metric; a 1-dim pair of length n is n metrics named ``name.format(i)`` (e.g. ``"acpo/bin{}/eps"``).
 
 A new method is one decorated function::
 
@@ -65,6 +66,19 @@ class PolicyLossOutput:
 
 
 PolicyLossFn = Callable[[PolicyLossInputs, object], PolicyLossOutput]
+
+
+def flatten_metrics(metrics: dict[str, Metric]) -> tuple[list[str], torch.Tensor]:
+    """Expand ``metrics`` into names and one ``(N, 2)`` float64 tensor of (numerator, denominator) rows.
+
+    A 1-dim pair of length n gives the names ``name.format(0) ... name.format(n - 1)``."""
+    names, rows = [], []
+    for name, (num, den) in metrics.items():
+        num = num.detach().double().reshape(-1)
+        den = den.detach().double().reshape(-1).expand_as(num)
+        names.extend([name] if num.numel() == 1 and "{}" not in name else [name.format(i) for i in range(num.numel())])
+        rows.append(torch.stack([num, den], dim=-1))
+    return names, torch.cat(rows)
 POLICY_LOSSES: dict[str, PolicyLossFn] = {}
 
 
