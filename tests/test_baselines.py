@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from acpo_trl.losses import PolicyLossInputs, aggregate_loss, get_policy_loss, top_entropy_mask
+from acpo_trl.losses import PolicyLossInputs, flatten_metrics, get_policy_loss, top_entropy_mask
 from conftest import trainer_kwargs
 
 METHODS = ["dapo", "cispo", "high_entropy", "low_entropy", "ar_lopti", "dlogp_reweight", "dominate", "ppl"]
@@ -40,7 +40,8 @@ def tokens(ratios, advantages, p_current=0.5, mask=None):
 def loss_and_grad(name, inputs, cfg):
     out = get_policy_loss(name)(inputs, cfg)
     (grad,) = torch.autograd.grad((out.per_token_loss * inputs.mask).sum(), inputs.logps)
-    metrics = {k: (float(n), float(d)) for k, (n, d) in out.metrics.items()}
+    names, rows = flatten_metrics(out.metrics)
+    metrics = {name: (float(n), float(d)) for name, (n, d) in zip(names, rows)}
     return out.per_token_loss.detach().flatten().tolist(), grad.flatten().tolist(), metrics
 
 
