@@ -1,0 +1,77 @@
+"""Switching the diagnostics on for an ``ACPOTrainer`` (any policy loss) without changing its loss.
+
+``attach_diagnostics(trainer, DiagnosticsConfig(...))`` wraps ``trainer.policy_loss_fn``: after the method's own
+loss it adds, to the metrics the trainer already all-reduces and logs in one call,
+
+- every micro-batch: :func:`~acpo_trl.diagnostics.ratio_diagnostics` keyed by the update index k within the
+  rollout (``diag/k{k}/bin{b}/...``), with the method's clip masks (:func:`method_clip_masks`);
+- every ``grad_every`` optimizer steps, on the first micro-batch of the step:
+  :func:`~acpo_trl.diagnostics.gradient_diagnostics` on the parameters matching ``grad_params``.
+
+k = (micro-step within the rollout cycle) // gradient_accumulation_steps, the micro-step being TRL's
+``_step % (steps_per_generation * num_iterations)``: 0 is the first optimizer update after a rollout (r == 1).
+The wrapper sees the method's per-token loss before the trainer adds KL / the vLLM importance correction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..losses.registry import PolicyLossInputs, PolicyLossOutput
+from .gradients import gradient_diagnostics, select_parameters
+from .ratio_stats import method_clip_masks, ratio_diagnostics
+
+
+@dataclass
+class DiagnosticsConfig:
+    """Options of :func:`attach_diagnostics`.
+
+    ratio_stats: per-k, per-bin ratio statistics every micro-batch (cheap: leave on).
+    grad_every: gradient diagnostics every N optimizer steps (0: off).
+    grad_params: regular expressions selecting the parameters of the gradient diagnostics (empty: all).
+    grad_per_group: also the per-bin, per-sign gradient shares (2K more backward passes).
+    """
+
+    ratio_stats: bool = True
+    grad_every: int = 0
+    grad_params: list[str] = field(default_factory=list)
+    grad_per_group: bool = True
+
+
+def update_index(step: int, steps_per_generation: int, num_iterations: int, gradient_accumulation_steps: int) -> int:
+    """k: the optimizer update index within the current rollout for TRL micro-step counter ``step``."""
+    return (step % (steps_per_generation * num_iterations)) // gradient_accumulation_steps
+
+
+def attach_diagnostics(trainer, config: DiagnosticsConfig):
+    """Wrap ``trainer.policy_loss_fn`` so that it also returns the diagnostics; returns the trainer."""
+    loss_fn = trainer.policy_loss_fn
+    args = trainer.args
+    params = [p for _, p in select_parameters(trainer.model, config.grad_params)] if config.grad_every else []
+
+    def with_diagnostics(inputs: PolicyLossInputs, run_config) -> PolicyLossOutput:
+        output = loss_fn(inputs, run_config)
+        if not trainer.model.training:
+            return output
+        metrics = dict(output.metrics)
+        step = trainer._step
+        ga = args.gradient_accumulation_steps
+        if config.ratio_stats:
+            masks = method_clip_masks(run_config.policy_loss, inputs, run_config)
+            metrics.update(ratio_diagnostics(
+                inputs.logps, inputs.old_logps, inputs.mask, inputs.advantages,
+                num_bins=run_config.acpo_num_bins, alpha=run_config.acpo_alpha, base=run_config.acpo_base_clip,
+                eps_min=run_config.acpo_clip_min, eps_max=run_config.acpo_clip_max,
+                clipped_high=None if masks is None else masks[0], clipped_low=None if masks is None else masks[1],
+                k=update_index(step, args.steps_per_generation, trainer.num_iterations, ga),
+            ))
+        if config.grad_every and step % ga == 0 and (step // ga) % config.grad_every == 0:
+            metrics.update(gradient_diagnostics(
+                output.per_token_loss, inputs.logps, inputs.old_logps, inputs.advantages, inputs.mask, params,
+                loss_type=run_config.loss_type, num_bins=run_config.acpo_num_bins,
+                max_completion_length=run_config.max_completion_length, per_group=config.grad_per_group,
+            ))
+        return PolicyLossOutput(output.per_token_loss, metrics)
+
+    trainer.policy_loss_fn = with_diagnostics
+    return trainer

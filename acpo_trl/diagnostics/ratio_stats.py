@@ -1,0 +1,176 @@
+"""Per update index and per probability bin statistics of the importance ratio, for any policy loss.
+
+Pure functions of one micro-batch's tensors (no trainer state). Tokens are binned exactly as ACPO bins them
+(``probability_bins``: the CURRENT probability, K equal-width bins), and the clip range ACPO would give each bin
+comes from ``bin_clip_range`` (not re-implemented), so runs of every method are compared on the same footing.
+
+Per bin b the metrics are (name -> (numerator, denominator), the trainer's format):
+
+    token_frac             share of the micro-batch's valid tokens in the bin
+    ratio_mean/ratio_std   mean and population std of r = exp(clamp(log pi - log pi_old, -20, 20))
+    logratio_mean/_std     the same for x = log r
+    logratio_skew          E[(x - mu)^3] / sigma^3 of x within the bin (0 for a log-normal r)
+    logratio_kurt          excess kurtosis E[(x - mu)^4] / sigma^4 - 3 (0 for a log-normal r)
+    acpo_eps               eps_b = clamp(base + alpha std_b(r), min, max), what ACPO would use
+    acpo_clip_frac_pos/neg fraction of the bin's A > 0 (A < 0) tokens that ACPO's eps_b would clip
+    clip_frac_pos/neg      the same for the clip masks of the method actually run (when it has any)
+
+Moments and std are computed per micro-batch (ACPO's "local" scope) and averaged over the micro-batches and
+processes where the bin holds tokens (as ``per_bin_metrics`` does for eps); skew and kurtosis need at least
+``MIN_TOKENS_FOR_SHAPE`` tokens in a bin and a log-ratio std above ``MIN_STD_FOR_SHAPE`` (float32 round-off, e.g.
+at k = 0), otherwise that micro-batch does not contribute. Cost: a handful of
+``scatter_add`` over the (B, T) tokens, no host sync (measured in ``benchmarks/diagnostics_overhead.py``).
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+from ..losses.acpo import bin_clip_range, probability_bins
+from ..losses.common import LOG_RATIO_CLAMP
+from ..losses.registry import Metric, PolicyLossInputs
+
+MIN_TOKENS_FOR_SHAPE = 8
+MIN_STD_FOR_SHAPE = 1e-4  # below it the log-ratio is float32 round-off (as ACPO's std floor sqrt(1e-8))
+_VAR_EPS = 1e-12
+
+
+def _key(prefix: str, k: int | None, b: int, name: str) -> str:
+    return f"{prefix}/bin{b}/{name}" if k is None else f"{prefix}/k{k}/bin{b}/{name}"
+
+
+@torch.no_grad()
+def ratio_diagnostics(
+    logps: torch.Tensor,
+    old_logps: torch.Tensor,
+    mask: torch.Tensor,
+    advantages: torch.Tensor,
+    *,
+    num_bins: int = 5,
+    alpha: float = 3.0,
+    base: float = 0.2,
+    eps_min: float = 0.0,
+    eps_max: float = 3.0,
+    clipped_high: torch.Tensor | None = None,
+    clipped_low: torch.Tensor | None = None,
+    k: int | None = None,
+    prefix: str = "diag",
+) -> dict[str, Metric]:
+    """The per-bin metrics listed in the module docstring for one micro-batch.
+
+    Args:
+        logps, old_logps, mask: ``(B, T)``; ``logps`` may carry a gradient (it is detached here).
+        advantages: ``(B, 1)`` or ``(B, T)``.
+        num_bins, alpha, base, eps_min, eps_max: ACPO's bin rule (the run's ACPOConfig values).
+        clipped_high, clipped_low: the method's clip masks (``(B, T)`` bool: A > 0 tokens clipped above,
+            A < 0 tokens clipped below), from :func:`method_clip_masks`; None logs no ``clip_frac_*``.
+        k: the update index within the rollout; metric names are ``{prefix}/k{k}/bin{b}/...`` (or
+            ``{prefix}/bin{b}/...`` without it).
+    """
+    logps = logps.detach()
+    mask = mask.detach()
+    bins = probability_bins(logps, num_bins, mask)
+    flat_bins = bins.reshape(-1)
+    x = torch.clamp(logps - old_logps, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).reshape(-1).double()
+    ratio = x.exp()
+    slots = num_bins + 1
+    zeros = x.new_zeros(slots)
+
+    def per_bin(values: torch.Tensor) -> torch.Tensor:
+        return zeros.scatter_add(0, flat_bins, values)[:num_bins]
+
+    count = per_bin(torch.ones_like(x))
+    n = count.clamp(min=1)
+    mean_x = per_bin(x) / n
+    dev = x - torch.cat([mean_x, mean_x.new_zeros(1)]).index_select(0, flat_bins)
+    m2, m3, m4 = per_bin(dev**2) / n, per_bin(dev**3) / n, per_bin(dev**4) / n
+    mean_r = per_bin(ratio) / n
+    dev_r = ratio - torch.cat([mean_r, mean_r.new_zeros(1)]).index_select(0, flat_bins)
+    std_r = torch.sqrt(per_bin(dev_r**2) / n)
+    std_x = torch.sqrt(m2)
+    skew = m3 / (m2 + _VAR_EPS) ** 1.5
+    kurt = m4 / (m2 + _VAR_EPS) ** 2 - 3
+
+    stats = bin_clip_range(bins, ratio.float(), num_bins=num_bins, alpha=alpha, base=base, eps_min=eps_min,
+                           eps_max=eps_max)
+    eps_tok = torch.cat([stats.eps, stats.eps.new_zeros(1)]).index_select(0, flat_bins).view_as(logps)
+    ratio_2d = ratio.view_as(logps)
+    adv = advantages.expand_as(logps)
+    valid = mask.bool()
+    pos, neg = (adv > 0) & valid, (adv < 0) & valid
+    acpo_high = (ratio_2d > 1 + eps_tok) & pos
+    acpo_low = (ratio_2d < 1 - eps_tok) & neg
+
+    def count_of(selector: torch.Tensor) -> torch.Tensor:
+        return per_bin(selector.reshape(-1).double())
+
+    num_pos, num_neg = count_of(pos), count_of(neg)
+    total = count.sum()
+    nonempty = (count > 0).double()
+    shaped = ((count >= MIN_TOKENS_FOR_SHAPE) & (std_x > MIN_STD_FOR_SHAPE)).double()
+    columns = {
+        "acpo_clip_frac_pos": (count_of(acpo_high), num_pos),
+        "acpo_clip_frac_neg": (count_of(acpo_low), num_neg),
+    }
+    if clipped_high is not None and clipped_low is not None:
+        columns["clip_frac_pos"] = (count_of(clipped_high & pos), num_pos)
+        columns["clip_frac_neg"] = (count_of(clipped_low & neg), num_neg)
+    metrics: dict[str, Metric] = {}
+    for b in range(num_bins):
+        e, s = nonempty[b], shaped[b]
+        metrics[_key(prefix, k, b, "token_frac")] = (count[b], total)
+        metrics[_key(prefix, k, b, "ratio_mean")] = (mean_r[b] * e, e)
+        metrics[_key(prefix, k, b, "ratio_std")] = (std_r[b] * e, e)
+        metrics[_key(prefix, k, b, "logratio_mean")] = (mean_x[b] * e, e)
+        metrics[_key(prefix, k, b, "logratio_std")] = (std_x[b] * e, e)
+        metrics[_key(prefix, k, b, "logratio_skew")] = (skew[b] * s, s)
+        metrics[_key(prefix, k, b, "logratio_kurt")] = (kurt[b] * s, s)
+        metrics[_key(prefix, k, b, "acpo_eps")] = (stats.eps[b] * e, e)
+        for name, (num, den) in columns.items():
+            metrics[_key(prefix, k, b, name)] = (num[b], den[b])
+    return metrics
+
+
+def _fixed_clip(low: float, high: float) -> Callable:
+    def masks(ratio, advantages):
+        return (ratio > 1 + high) & (advantages > 0), (ratio < 1 - low) & (advantages < 0)
+
+    return masks
+
+
+@torch.no_grad()
+def method_clip_masks(policy_loss: str, inputs: PolicyLossInputs, config) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The (clipped_high, clipped_low) masks of the built-in method ``policy_loss`` on ``inputs``: tokens whose
+    gradient the method's trust region removes, A > 0 above and A < 0 below. For ``cispo`` these are the tokens its
+    mask drops (none with ``cispo_mask=False``); for the reweightings, those of ``reweight_base_loss`` (the weights
+    are positive, so signs are kept); ``ar_lopti`` uses its own 0.2 / 0.24 range. None for an unknown method."""
+    from ..losses.common import importance_ratio
+
+    ratio = importance_ratio(inputs.logps.detach(), inputs.old_logps)
+    adv = inputs.advantages.expand_as(ratio)
+    if policy_loss in ("dlogp_reweight", "dominate", "ppl"):
+        policy_loss = config.reweight_base_loss
+    if policy_loss == "acpo":
+        bins = probability_bins(inputs.logps, config.acpo_num_bins, inputs.mask)
+        stats = bin_clip_range(
+            bins, ratio, num_bins=config.acpo_num_bins, alpha=config.acpo_alpha, base=config.acpo_base_clip,
+            eps_min=config.acpo_clip_min, eps_max=config.acpo_clip_max,
+            all_reduce=inputs.all_reduce if config.acpo_stats_scope == "global" else None,
+        )
+        eps = torch.cat([stats.eps, stats.eps.new_zeros(1)]).to(ratio.dtype).index_select(0, bins.reshape(-1))
+        eps = eps.view_as(ratio)
+        return (ratio > 1 + eps) & (adv > 0), (ratio < 1 - eps) & (adv < 0)
+    if policy_loss in ("ppo_clip", "high_entropy", "low_entropy"):
+        high = config.epsilon_high if config.epsilon_high is not None else config.epsilon
+        return _fixed_clip(config.epsilon, high)(ratio, adv)
+    if policy_loss == "dapo":
+        return _fixed_clip(config.dapo_clip_low, config.dapo_clip_high)(ratio, adv)
+    if policy_loss == "ar_lopti":
+        return _fixed_clip(config.ar_lopti_clip_low, config.ar_lopti_clip_high)(ratio, adv)
+    if policy_loss == "cispo":
+        if not config.cispo_mask:
+            return torch.zeros_like(adv, dtype=torch.bool), torch.zeros_like(adv, dtype=torch.bool)
+        return (ratio > config.cispo_mask_high) & (adv > 0), (ratio < config.cispo_mask_low) & (adv < 0)
+    return None

@@ -1,0 +1,165 @@
+"""Diagnostics: per-bin ratio statistics agree with ACPO's own bins and eps, clip masks of the methods, log-ratio
+shape, gradient angle / norm ratio / per-bin shares, update index, plots."""
+
+from __future__ import annotations
+
+import math
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+
+def _config(**overrides):
+    from acpo_trl import ACPOConfig
+
+    fields = {f: getattr(ACPOConfig, f) for f in (
+        "acpo_num_bins", "acpo_alpha", "acpo_base_clip", "acpo_clip_min", "acpo_clip_max", "dual_clip_c",
+        "acpo_stats_scope", "dapo_clip_low", "dapo_clip_high", "cispo_clip_max", "cispo_mask", "cispo_mask_low",
+        "cispo_mask_high", "ar_lopti_clip_low", "ar_lopti_clip_high", "reweight_base_loss", "reweight_c")}
+    fields.update(policy_loss="acpo", epsilon=0.2, epsilon_high=None, delta=None, loss_type="grpo", max_completion_length=None)
+    fields.update(overrides)
+    return SimpleNamespace(**fields)
+
+
+def _batch(seed=0, b=16, t=24, spread=0.4):
+    g = torch.Generator().manual_seed(seed)
+    logps = torch.log(torch.rand(b, t, generator=g).clamp(min=1e-3))
+    old = logps + spread * torch.randn(b, t, generator=g)
+    mask = (torch.rand(b, t, generator=g) > 0.1).float()
+    adv = torch.randn(b, 1, generator=g)
+    return logps, old, mask, adv
+
+
+def _values(metrics):
+    """name -> num / den; a 1-dim pair named ``"...{}..."`` is one metric per element (vectorised metrics)."""
+    out = {}
+    for name, (num, den) in metrics.items():
+        num, den = num.double().reshape(-1), den.double().reshape(-1).expand(num.numel())
+        names = [name] if num.numel() == 1 and "{}" not in name else [name.format(i) for i in range(num.numel())]
+        out.update({n: (float(a) / float(b) if float(b) > 0 else math.nan) for n, a, b in zip(names, num, den)})
+    return out
+
+
+def test_eps_and_clip_fractions_match_acpos_own_metrics():
+    from acpo_trl.diagnostics import method_clip_masks, ratio_diagnostics
+    from acpo_trl.losses import PolicyLossInputs, get_policy_loss
+
+    logps, old, mask, adv = _batch()
+    config = _config()
+    inputs = PolicyLossInputs(logps=logps, old_logps=old, advantages=adv, mask=mask)
+    own = _values(get_policy_loss("acpo")(inputs, config).metrics)
+    high, low = method_clip_masks("acpo", inputs, config)
+    diag = _values(ratio_diagnostics(logps, old, mask, adv, clipped_high=high, clipped_low=low, k=3))
+    for b in range(5):
+        assert diag[f"diag/k3/bin{b}/acpo_eps"] == pytest.approx(own[f"acpo/bin{b}/eps"], rel=1e-5, nan_ok=True)
+        assert diag[f"diag/k3/bin{b}/token_frac"] == pytest.approx(own[f"acpo/bin{b}/token_frac"])
+        for sign in ("pos", "neg"):
+            mine, theirs = diag[f"diag/k3/bin{b}/clip_frac_{sign}"], own[f"acpo/bin{b}/clip_frac_{sign}"]
+            assert mine == pytest.approx(theirs, nan_ok=True)
+            assert diag[f"diag/k3/bin{b}/acpo_clip_frac_{sign}"] == pytest.approx(theirs, nan_ok=True)
+    assert sum(diag[f"diag/k3/bin{b}/token_frac"] for b in range(5)) == pytest.approx(1.0)
+
+
+def test_on_policy_batch_has_base_eps_no_clipping_and_no_shape_statistics():
+    from acpo_trl.diagnostics import ratio_diagnostics
+
+    logps, _, mask, adv = _batch()
+    diag = _values(ratio_diagnostics(logps, logps.clone(), mask, adv, k=0))
+    for b in range(5):
+        assert diag[f"diag/k0/bin{b}/acpo_eps"] == pytest.approx(0.2, abs=1e-3)
+        assert diag[f"diag/k0/bin{b}/ratio_mean"] == pytest.approx(1.0)
+        assert diag[f"diag/k0/bin{b}/acpo_clip_frac_pos"] == 0.0
+        assert math.isnan(diag[f"diag/k0/bin{b}/logratio_skew"])  # no dispersion: shape undefined, not logged
+
+
+def test_log_normal_ratio_has_zero_skew_and_excess_kurtosis_and_skewed_one_does_not():
+    from acpo_trl.diagnostics import ratio_diagnostics
+
+    g = torch.Generator().manual_seed(1)
+    n = 40000
+    logps = torch.full((1, n), math.log(0.9))  # all in bin 4
+    mask, adv = torch.ones(1, n), torch.ones(1, 1)
+    x = 0.3 * torch.randn(1, n, generator=g)
+    diag = _values(ratio_diagnostics(logps, logps - x, mask, adv))
+    assert abs(diag["diag/bin4/logratio_skew"]) < 0.05 and abs(diag["diag/bin4/logratio_kurt"]) < 0.1
+    assert diag["diag/bin4/logratio_std"] == pytest.approx(0.3, rel=0.02)
+    skewed = _values(ratio_diagnostics(logps, logps - x.abs(), mask, adv))  # half-normal log-ratio
+    assert skewed["diag/bin4/logratio_skew"] > 0.9
+
+
+@pytest.mark.parametrize("method,low,high", [("dapo", 0.2, 0.3), ("ppo_clip", 0.2, 0.2), ("ar_lopti", 0.2, 0.24),
+                                             ("dominate", 0.2, 0.3), ("cispo", 0.2, 0.3)])
+def test_method_clip_masks_follow_each_methods_range(method, low, high):
+    from acpo_trl.diagnostics import method_clip_masks
+    from acpo_trl.losses import PolicyLossInputs
+
+    logps, old, mask, adv = _batch(spread=0.5)
+    masks = method_clip_masks(method, PolicyLossInputs(logps=logps, old_logps=old, advantages=adv, mask=mask), _config())
+    r = torch.exp(logps - old)
+    if method == "cispo":
+        low, high = 0.2, 0.3  # its trust-region mask (0.8, 1.3)
+    assert torch.equal(masks[0], (r > 1 + high) & (adv > 0))
+    assert torch.equal(masks[1], (r < 1 - low) & (adv < 0))
+    assert method_clip_masks("not_a_method", PolicyLossInputs(logps, old, adv, mask), _config()) is None
+
+
+def _tiny_policy(seed=0, b=8, t=10, vocab=6, dim=5):
+    g = torch.Generator().manual_seed(seed)
+    weight = torch.nn.Parameter(torch.randn(vocab, dim, generator=g))
+    hidden = torch.randn(b, t, dim, generator=g)
+    tokens = torch.randint(vocab, (b, t), generator=g)
+    logps = torch.log_softmax(hidden @ weight.T, -1).gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+    adv = torch.randn(b, 1, generator=g)
+    return weight, logps, adv, torch.ones(b, t)
+
+
+def test_gradient_angle_is_zero_without_clipping_and_shares_sum_to_one():
+    from acpo_trl.diagnostics import gradient_diagnostics
+    from acpo_trl.losses import PolicyLossInputs, get_policy_loss
+
+    weight, logps, adv, mask = _tiny_policy()
+    out = get_policy_loss("ppo_clip")(PolicyLossInputs(logps, logps.detach(), adv, mask), _config())
+    diag = _values(gradient_diagnostics(out.per_token_loss, logps, logps.detach(), adv, mask, [weight]))
+    assert diag["grad/angle_deg"] == pytest.approx(0.0, abs=1e-2) and diag["grad/norm_ratio"] == pytest.approx(1.0)
+    shares = [v for k, v in diag.items() if k.startswith("grad/share/")]
+    assert len(shares) == 10 and sum(shares) == pytest.approx(1.0, abs=1e-5)
+    assert weight.grad is None  # the training gradient is untouched
+
+
+def test_clipping_rotates_the_gradient():
+    from acpo_trl.diagnostics import gradient_diagnostics
+    from acpo_trl.losses import PolicyLossInputs, get_policy_loss
+
+    weight, logps, adv, mask = _tiny_policy(seed=3)
+    old = logps.detach() + 0.5 * torch.randn(logps.shape, generator=torch.Generator().manual_seed(0))
+    out = get_policy_loss("dapo")(PolicyLossInputs(logps, old, adv, mask), _config())
+    diag = _values(gradient_diagnostics(out.per_token_loss, logps, old, adv, mask, [weight], per_group=False))
+    assert 1.0 < diag["grad/angle_deg"] < 180.0 and "grad/share/bin0/pos" not in diag
+
+
+def test_update_index_and_parameter_subset():
+    from acpo_trl.diagnostics import select_parameters, update_index
+    from acpo_trl.toy import build_tiny_model
+
+    assert [update_index(s, 4, 1, 1) for s in range(9)] == [0, 1, 2, 3, 0, 1, 2, 3, 0]
+    assert [update_index(s, 4, 1, 2) for s in range(8)] == [0, 0, 1, 1, 0, 0, 1, 1]
+    assert [update_index(s, 2, 2, 1) for s in range(5)] == [0, 1, 2, 3, 0]  # two passes (ar_lopti)
+    model, _ = build_tiny_model()
+    names = [n for n, _ in select_parameters(model, [r"layers\.1\."])]
+    assert names and all("layers.1." in n for n in names)
+    with pytest.raises(ValueError, match="No trainable parameter"):
+        select_parameters(model, ["nothing-matches"])
+
+
+def test_plots_from_logged_entries(tmp_path):
+    from acpo_trl.diagnostics.plots import bin_table, plot_bins_vs_k, plot_gradient_diagnostics
+
+    entries = [{"step": s, f"diag/k{s % 4}/bin{b}/acpo_eps": 0.2 + 0.1 * (s % 4) * (5 - b), "grad/angle_deg": 10.0 + s,
+                "grad/norm_ratio": 0.9, f"grad/share/bin{b}/pos": 0.1, f"grad/share/bin{b}/neg": 0.1,
+                f"diag/k{s % 4}/bin{b}/acpo_clip_frac_pos": 0.01, f"diag/k{s % 4}/bin{b}/acpo_clip_frac_neg": None}
+               for s in range(1, 9) for b in range(5)]
+    table = bin_table(entries)
+    assert table["acpo_eps"][(0, 4)] == pytest.approx(0.2) and table["acpo_eps"][(2, 0)] == pytest.approx(1.2)
+    for png in (plot_bins_vs_k(entries, str(tmp_path / "a.png")), plot_gradient_diagnostics(entries, str(tmp_path / "b.png"))):
+        assert (tmp_path / png.split("/")[-1]).stat().st_size > 1000
