@@ -12,11 +12,14 @@
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass, field
 from typing import Callable
 
 from trl import ScriptArguments
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -33,6 +36,8 @@ class ACPOScriptArguments(ScriptArguments):
         addition_digits (`int`, defaults to `1`): digits of each operand of the addition task.
         hitab_tables_dir (`str`, *optional*): folder of HiTab table JSON files.
         eval_dataset_name (`str`, *optional*): held-out data (HiTab samples, or a Countdown file).
+        max_prompt_length (`int`, *optional*): drop training prompts longer than this many tokens (the paper: 1024),
+            counted after the chat template when the prompt is conversational.
         report (`bool`, defaults to `False`): evaluate the held-out set before and after training and write
             `metrics.jsonl`, `training_curves.png` and `report.md` in `output_dir`.
         eval_k (`int`, defaults to `4`): samples per held-out problem for the report (avg@k).
@@ -49,6 +54,9 @@ class ACPOScriptArguments(ScriptArguments):
     addition_digits: int = field(default=1, metadata={"help": "Addition task: digits per operand."})
     hitab_tables_dir: str | None = field(default=None, metadata={"help": "HiTab: folder of table JSON files."})
     eval_dataset_name: str | None = field(default=None, metadata={"help": "Held-out data file (hitab, countdown)."})
+    max_prompt_length: int | None = field(
+        default=None, metadata={"help": "Drop training prompts longer than this many tokens (the paper: 1024)."}
+    )
     report: bool = field(default=False, metadata={"help": "Before/after evaluation, metrics JSONL, plot, report."})
     eval_k: int = field(default=4, metadata={"help": "Report: samples per held-out problem (avg@k)."})
     eval_temperature: float = field(default=1.0, metadata={"help": "Report: sampling temperature."})
@@ -154,6 +162,25 @@ TASKS: dict[str, Callable[[ACPOScriptArguments, int], Task]] = {
     "addition": _addition,
     "toy": _toy,
 }
+
+
+def prompt_length(tokenizer, prompt) -> int:
+    """Tokens of ``prompt`` as the trainer sees it (through the chat template when conversational)."""
+    if isinstance(prompt, str):
+        return len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    encoded = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+    return len(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
+
+
+def drop_long_prompts(dataset, tokenizer, max_tokens: int):
+    """``dataset`` without the rows whose prompt is longer than ``max_tokens`` tokens; logs how many went."""
+    kept = dataset.filter(lambda row: prompt_length(tokenizer, row["prompt"]) <= max_tokens)
+    if len(kept) < len(dataset):
+        logger.warning("max_prompt_length=%d dropped %d of %d training prompts.", max_tokens,
+                       len(dataset) - len(kept), len(dataset))
+    if len(kept) == 0:
+        raise ValueError(f"max_prompt_length={max_tokens} drops every training prompt; raise it.")
+    return kept
 
 
 def build_task(args: ACPOScriptArguments, seed: int = 0) -> Task:

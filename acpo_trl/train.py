@@ -69,7 +69,7 @@ def run(script_args, training_args, model_args, callbacks=None):
     from .evaluation.benchmarks import Benchmark
     from .evaluation.callback import EvalCallback
     from .plots import plot_training_curves, read_metrics
-    from .tasks import build_task
+    from .tasks import build_task, drop_long_prompts
     from .trainer import ACPOTrainer
 
     model_path = resolve_model_path(model_args.model_name_or_path)
@@ -83,6 +83,12 @@ def run(script_args, training_args, model_args, callbacks=None):
     training_args.model_init_kwargs = model_init_kwargs
 
     task = build_task(script_args, seed=training_args.seed)
+    if script_args.max_prompt_length is not None:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision,
+                                                  trust_remote_code=training_args.trust_remote_code)
+        task.train_dataset = drop_long_prompts(task.train_dataset, tokenizer, script_args.max_prompt_length)
     trainer = ACPOTrainer(
         model=model_path,
         reward_funcs=task.reward_funcs,

@@ -175,6 +175,7 @@ num_train_epochs: 15
 bf16: true
 
 # Rollouts: prompts <= 1024 tokens, completions <= 3072, T = 1, top-p 1
+max_prompt_length: 1024  # longer training prompts are dropped (a warning says how many)
 max_completion_length: 3072
 temperature: 1.0
 top_p: 1.0

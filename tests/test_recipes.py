@@ -174,6 +174,8 @@ ACCELERATE_CONFIGS = {
     "multi_node": ("DEEPSPEED", 2, 16, 3, False),
     # MULTI_GPU selects accelerate's torchrun launcher; use_cpu keeps both processes on CPU (see the file).
     "cpu_2proc": ("MULTI_GPU", 1, 2, None, True),
+    # DeepSpeed on CPU: use_cpu must stay false (accelerate turns DeepSpeed off for a cpu state; see the file).
+    "deepspeed_zero2_cpu": ("DEEPSPEED", 1, 2, 2, False),
 }
 
 
@@ -190,6 +192,6 @@ def test_accelerate_config(name):
     assert str(loaded.distributed_type).split(".")[-1] == distributed_type
     assert (loaded.num_machines, loaded.num_processes, loaded.use_cpu) == (num_machines, num_processes, use_cpu)
     assert (loaded.deepspeed_config or {}).get("zero_stage") == zero_stage
-    assert loaded.mixed_precision == ("no" if use_cpu else "bf16")
+    assert loaded.mixed_precision == ("no" if use_cpu or name.endswith("_cpu") else "bf16")
     if num_machines > 1:
         assert loaded.main_process_ip and loaded.main_process_port
