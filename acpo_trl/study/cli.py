@@ -1,0 +1,163 @@
+"""``acpo-study``: the ACPO study grid on the CPU testbed (console entry point ``acpo_trl.study.cli:main``).
+
+    acpo-study run --out study/          the committed grid (both tasks, every registered method, upr 2/8/16,
+                                         8 seeds, ACPO alpha sweep 0.5/1/3), 2 runs at a time, resumable
+    acpo-study run --quick --out DIR     the test suite's tiny grid (seconds)
+    acpo-study run --pilot --out DIR     1 seed of a few cells at the full settings (learning check, timing)
+    acpo-study plan [--quick|--pilot]    the runs it would do and their estimated time, without running them
+    acpo-study report --out DIR          table.md, learning curves and diagnostics PNGs from finished runs
+
+Every option of ``run`` can narrow the grid (``--tasks``, ``--methods``, ``--uprs``, ``--seeds``, ``--alphas``,
+``--steps``). Rerunning the same command skips the finished runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from .runner import ALPHAS, PAPER_METHODS, UPRS, RunSpec, build_grid, estimate_seconds, is_done, quick_grid, run_grid, work
+
+# Seconds per optimizer step of one run with one torch thread, measured on the 2-core machine while it was shared
+# (see docs/RESULTS.md); used only by `plan`.
+SECONDS_PER_STEP = {"add1": {2: 0.45, 8: 0.35, 16: 0.33}, "add2": {2: 0.5, 8: 0.4, 16: 0.38}}
+PILOT_METHODS = ("acpo", "dapo", "cispo")
+
+
+def _specs(args) -> list[RunSpec]:
+    if args.quick:
+        return quick_grid()
+    base = RunSpec()
+    if args.steps:
+        base = replace(base, steps=args.steps)
+    if args.pilot:
+        return build_grid(tasks=args.tasks or ("add1",), methods=args.methods or PILOT_METHODS,
+                          uprs=args.uprs or (2, 8), seeds=range(args.seeds or 1), alphas=args.alphas or (), base=base)
+    methods = None if args.methods == ["all"] else (args.methods or PAPER_METHODS)
+    return build_grid(tasks=args.tasks or ("add1", "add2"), methods=methods, uprs=args.uprs or UPRS,
+                      seeds=range(args.seeds or 8), alphas=ALPHAS if args.alphas is None else args.alphas, base=base)
+
+
+def _estimate(specs: list[RunSpec], jobs: int) -> float:
+    return sum(estimate_seconds([s], SECONDS_PER_STEP.get(s.task, SECONDS_PER_STEP["add2"]), jobs=jobs) for s in specs)
+
+
+def report(out_dir: Path, plots: str = "some") -> str:
+    """Write ``table.md`` and the PNGs under ``out_dir/plots``; returns the table."""
+    from ..diagnostics.plots import plot_bins_vs_k, plot_gradient_diagnostics
+    from ..plots import read_metrics
+    from .table import load_results, write_table
+
+    results = load_results(out_dir)
+    table = write_table(results, out_dir / "table.md")
+    plot_dir = out_dir / "plots"
+    plot_dir.mkdir(exist_ok=True)
+    _learning_curves(results, plot_dir)
+    if plots != "none":
+        chosen = {}
+        for r in results:
+            spec = r["spec"]
+            key = (spec["task"], r["variant"], spec["upr"])
+            if plots == "all" or spec["upr"] == max(s["spec"]["upr"] for s in results):
+                if key not in chosen or spec["seed"] < chosen[key]["spec"]["seed"]:
+                    chosen[key] = r
+        for (task, variant, upr), r in sorted(chosen.items()):
+            entries = read_metrics(str(out_dir / "runs" / r["run_id"] / "metrics.jsonl"))
+            name = f"{task}_{variant}_upr{upr}_seed{r['spec']['seed']}".replace("(", "_").replace(")", "").replace("=", "")
+            title = f"{task} {variant} upr {upr} seed {r['spec']['seed']}"
+            plot_bins_vs_k(entries, str(plot_dir / f"{name}_bins.png"), title)
+            plot_gradient_diagnostics(entries, str(plot_dir / f"{name}_grad.png"), title)
+    return table
+
+
+def _learning_curves(results: list[dict], plot_dir: Path) -> None:
+    """Per task: mean held-out sampled accuracy over steps, one panel per regime, one line per variant."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    for task in sorted({r["spec"]["task"] for r in results}):
+        runs = [r for r in results if r["spec"]["task"] == task]
+        uprs = sorted({r["spec"]["upr"] for r in runs})
+        fig, axes = plt.subplots(1, len(uprs), figsize=(5 * len(uprs), 4), squeeze=False)
+        for ax, upr in zip(axes[0], uprs):
+            for variant in sorted({r["variant"] for r in runs}):
+                curves = [r["evals"] for r in runs if r["variant"] == variant and r["spec"]["upr"] == upr]
+                if not curves:
+                    continue
+                steps = [e["step"] for e in curves[0]]
+                mean = [sum(c[i]["sampled"] for c in curves if i < len(c)) / len(curves) for i in range(len(steps))]
+                ax.plot(steps, mean, marker="o", ms=2, lw=1, label=f"{variant} (n={len(curves)})")
+            ax.set(title=f"{task}, {upr} updates per rollout", xlabel="optimizer step", ylabel="held-out sampled acc")
+            ax.legend(fontsize=6)
+        fig.tight_layout()
+        fig.savefig(plot_dir / f"{task}_learning_curves.png", dpi=100)
+        plt.close(fig)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="acpo-study", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in ("run", "plan"):
+        p = sub.add_parser(name)
+        p.add_argument("--out", type=Path, default=Path("study"))
+        p.add_argument("--cache", type=Path, default=None, help="warm-up cache (default: OUT/warmups)")
+        mode = p.add_mutually_exclusive_group()
+        mode.add_argument("--quick", action="store_true")
+        mode.add_argument("--pilot", action="store_true")
+        p.add_argument("--jobs", type=int, default=2, help="worker processes (0: run in this process)")
+        p.add_argument("--tasks", nargs="+", default=None)
+        p.add_argument("--methods", nargs="+", default=None,
+                       help=f"policy losses (default {' '.join(PAPER_METHODS)}; 'all': every registered one)")
+        p.add_argument("--uprs", nargs="+", type=int, default=None)
+        p.add_argument("--seeds", type=int, default=None, help="number of seeds (0..N-1)")
+        p.add_argument("--alphas", nargs="*", type=float, default=None, help="ACPO alpha sweep besides 3.0")
+        p.add_argument("--steps", type=int, default=None, help="RL optimizer steps per run (default 200)")
+        p.add_argument("--no-report", action="store_true")
+        p.add_argument("--plots", choices=("none", "some", "all"), default="some")
+    p = sub.add_parser("report")
+    p.add_argument("--out", type=Path, default=Path("study"))
+    p.add_argument("--plots", choices=("none", "some", "all"), default="some")
+    p = sub.add_parser("_work", help=argparse.SUPPRESS)
+    p.add_argument("queue", type=Path)
+    p.add_argument("--out", type=Path, required=True)
+    p.add_argument("--cache", type=Path, required=True)
+    p.add_argument("--session", required=True)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "_work":
+        import torch
+
+        torch.set_num_threads(1)
+        work(args.queue, args.out, args.cache, args.session, log=lambda m: print(m, flush=True))
+        return 0
+    if args.command == "report":
+        print(report(args.out, args.plots))
+        return 0
+    specs = _specs(args)
+    cache = args.cache or args.out / "warmups"
+    todo = [s for s in specs if not is_done(s, args.out)]
+    estimate = _estimate(todo, args.jobs)
+    print(f"{len(specs)} runs ({len(todo)} to do); estimated {estimate / 3600:.2f} h with {args.jobs} jobs "
+          f"(+ warm-ups, ~3-5 min each)", flush=True)
+    if args.command == "plan":
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    failed = run_grid(specs, args.out, cache, jobs=args.jobs, log=lambda m: print(m, flush=True))
+    print(f"grid finished in {time.time() - start:.0f} s; {len(failed)} failed: {failed}", flush=True)
+    if not args.no_report:
+        print(report(args.out, args.plots))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""The study's paper-style table from the runs' ``result.json`` files.
+
+Per task and variant (method, or ACPO at an alpha of the sweep), per regime (updates per rollout):
+mean +- sd over seeds of the final sampled accuracy and of the mean of the last evaluations; the relative drop
+of the mean final accuracy from the nearest-on-policy regime (the smallest upr) to each off-policy one; the
+average rank over the configurations (task x regime; 1 = best mean final accuracy); and, separately, the collapse
+rate (runs whose reward fell to 0 and stayed there). A second table repeats the accuracies without the collapsed
+runs, so that a few collapses cannot hide what the other runs did.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import defaultdict
+from pathlib import Path
+
+
+def load_results(out_dir: str | Path) -> list[dict]:
+    """Every finished run's result under ``out_dir/runs``."""
+    return [json.loads(p.read_text()) for p in sorted(Path(out_dir).glob("runs/**/result.json"))]
+
+
+def _mean_sd(values: list[float]) -> tuple[float, float]:
+    if not values:
+        return math.nan, math.nan
+    mean = sum(values) / len(values)
+    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
+    return mean, sd
+
+
+def _fmt(mean: float, sd: float, n: int) -> str:
+    return "–" if n == 0 else f"{mean:.3f} ± {sd:.3f} (n={n})"
+
+
+def summarize(results: list[dict], exclude_collapsed: bool = False) -> dict:
+    """{task: {"uprs": [...], "rows": {variant: {...}}}} with per-regime statistics, drops, ranks, collapses."""
+    cells: dict = defaultdict(list)
+    for r in results:
+        cells[(r["spec"]["task"], r["variant"], r["spec"]["upr"])].append(r)
+    tasks = sorted({t for t, _, _ in cells})
+    summary = {}
+    ranks: dict = defaultdict(list)
+    for task in tasks:
+        uprs = sorted({u for t, _, u in cells if t == task})
+        variants = sorted({v for t, v, _ in cells if t == task})
+        rows = {}
+        for variant in variants:
+            row = {"regimes": {}}
+            for upr in uprs:
+                runs = cells.get((task, variant, upr), [])
+                kept = [r for r in runs if not (exclude_collapsed and r["collapsed"])]
+                final = _mean_sd([r["final_sampled"] for r in kept])
+                last = _mean_sd([r["last_evals_mean"] for r in kept])
+                row["regimes"][upr] = {
+                    "n": len(kept), "final": final, "last": last,
+                    "collapsed": sum(r["collapsed"] for r in runs), "runs": len(runs),
+                    "start": _mean_sd([r["start_sampled"] for r in runs])[0],
+                    "angle": _mean_sd([r["mean_angle_deg"] for r in runs if r.get("mean_angle_deg") is not None])[0],
+                }
+            near = row["regimes"][uprs[0]]["final"][0] if uprs else math.nan
+            row["drop"] = {u: (near - row["regimes"][u]["final"][0]) / near if near and near > 0 else math.nan
+                           for u in uprs[1:]}
+            rows[variant] = row
+        for upr in uprs:
+            scored = sorted(((rows[v]["regimes"][upr]["final"][0], v) for v in variants
+                             if rows[v]["regimes"][upr]["n"] > 0), key=lambda x: -x[0])
+            for rank, (_, v) in enumerate(scored, 1):
+                ranks[(task, v)].append(rank)
+        summary[task] = {"uprs": uprs, "rows": rows}
+    for task, data in summary.items():
+        for v, row in data["rows"].items():
+            values = ranks.get((task, v), [])
+            row["avg_rank"] = sum(values) / len(values) if values else math.nan
+    return summary
+
+
+def _task_table(task: str, data: dict, with_collapse: bool) -> list[str]:
+    uprs = data["uprs"]
+    head = ["variant"] + [f"final acc, upr {u}" for u in uprs] + [f"last-evals mean, upr {u}" for u in uprs]
+    head += [f"drop {uprs[0]}→{u}" for u in uprs[1:]] + ["avg rank"]
+    if with_collapse:
+        head += ["collapsed"]
+    lines = [f"### {task}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    order = sorted(data["rows"], key=lambda v: (data["rows"][v]["avg_rank"], v))
+    for v in order:
+        row = data["rows"][v]
+        regimes = row["regimes"]
+        cols = [f"`{v}`"]
+        cols += [_fmt(*regimes[u]["final"], regimes[u]["n"]) for u in uprs]
+        cols += [_fmt(*regimes[u]["last"], regimes[u]["n"]) for u in uprs]
+        cols += ["–" if math.isnan(row["drop"][u]) else f"{100 * row['drop'][u]:+.1f}%" for u in uprs[1:]]
+        cols += [f"{row['avg_rank']:.2f}"]
+        if with_collapse:
+            cols += [" / ".join(f"{regimes[u]['collapsed']}/{regimes[u]['runs']}" for u in uprs)]
+        lines.append("| " + " | ".join(cols) + " |")
+    return lines + [""]
+
+
+def write_table(results: list[dict], path: str | Path | None = None) -> str:
+    """The Markdown tables (all runs; then without the collapsed ones); written to ``path`` when given."""
+    lines = [
+        "## Results of the study grid",
+        "",
+        "Final sampled accuracy (T = 1, held-out problems) and the mean over the last evaluations: mean ± sd over "
+        "seeds. Drop: relative change of the mean final accuracy from the smallest to each larger number of updates "
+        "per rollout (positive = worse off-policy). Avg rank: over the regimes of the task (1 = best). Collapsed: "
+        "runs whose rollout reward fell to 0 and stayed there, per regime.",
+        "",
+    ]
+    everything = summarize(results)
+    for task, data in everything.items():
+        lines += _task_table(task, data, with_collapse=True)
+    if any(r["collapsed"] for r in results):
+        lines += ["## Without the collapsed runs", ""]
+        for task, data in summarize(results, exclude_collapsed=True).items():
+            lines += _task_table(task, data, with_collapse=False)
+    text = "\n".join(lines)
+    if path is not None:
+        Path(path).write_text(text)
+    return text

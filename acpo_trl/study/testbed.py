@@ -1,0 +1,302 @@
+"""The CPU testbed of ``/work/shared/spec/testbed.md``: addition problems, a tiny Qwen2 with a locally trained
+byte-level BPE tokenizer, and a noisy-teacher supervised warm-up cached on disk.
+
+Tasks (``TASKS``):
+    add1  all 100 pairs a, b in 0..9; 30 held out (14 with a carry, 16 without), 70 RL prompts (the testbed).
+    add2  two-digit operands (10..99): 2- or 3-digit answers, so several answer tokens fall in the low
+          probability bins; 400 RL prompts, 60 held out (half with a units carry).
+
+Prompt: one chat turn "What is a + b?"; completion "The answer is \\boxed{N}." then the end of turn. Reward: 1 if
+the completion holds exactly one \\boxed{...} and its content is a + b, else 0.
+
+Noisy teacher (the warm-up's targets): without a (units) carry right 50% of the time, else a + b +- 1; with a carry
+right 25%, the carry dropped 60% (a + b - 10), +-1 15%. RL then has a systematic error to fix.
+
+Trap (testbed.md): the tokenizer is reloaded with ``PreTrainedTokenizerFast``; ``AutoTokenizer`` would re-split
+digits with the Qwen2 pre-tokenizer. Digits are single tokens here (``Digits(individual_digits=True)``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import random
+import re
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+SPECIAL_TOKENS = ["<|pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+ANSWER_FORMAT = "The answer is \\boxed{{{}}}."
+_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
+
+
+@dataclass(frozen=True)
+class Problem:
+    a: int
+    b: int
+
+    @property
+    def answer(self) -> int:
+        return self.a + self.b
+
+    @property
+    def carry(self) -> bool:
+        return (self.a % 10) + (self.b % 10) >= 10
+
+    @property
+    def question(self) -> str:
+        return f"What is {self.a} + {self.b}?"
+
+
+def task_problems(task: str) -> tuple[list[Problem], list[Problem]]:
+    """(RL prompts, held-out problems) of ``task`` (fixed, seed-independent)."""
+    rng = random.Random(1234)
+    if task == "add1":
+        pairs = [Problem(a, b) for a in range(10) for b in range(10)]
+        carry = [p for p in pairs if p.carry]
+        plain = [p for p in pairs if not p.carry]
+        rng.shuffle(carry)
+        rng.shuffle(plain)
+        held = carry[:14] + plain[:16]
+        return [p for p in pairs if p not in held], held
+    if task == "add2":
+        pairs = [Problem(a, b) for a in range(10, 100) for b in range(10, 100)]
+        rng.shuffle(pairs)
+        carry = [p for p in pairs if p.carry][:30]
+        plain = [p for p in pairs if not p.carry][:30]
+        held = set(carry + plain)
+        return [p for p in pairs if p not in held][:400], carry + plain
+    raise ValueError(f"Unknown study task {task!r}: choose one of {TASKS}.")
+
+
+TASKS = ("add1", "add2")
+
+
+def sft_pool(task: str) -> list[Problem]:
+    """The problems the warm-up's teacher answers (every pair of the task's operand range)."""
+    lo, hi = (0, 10) if task == "add1" else (10, 100)
+    return [Problem(a, b) for a in range(lo, hi) for b in range(lo, hi)]
+
+
+def noisy_teacher(problem: Problem, rng: random.Random) -> int:
+    """A sample of the deliberately wrong teacher's answer (see the module docstring)."""
+    s = problem.answer
+    u = rng.random()
+    if problem.carry:
+        if u < 0.25:
+            return s
+        if u < 0.85:
+            return s - 10
+        return max(0, s + rng.choice((-1, 1)))
+    return s if u < 0.5 else max(0, s + rng.choice((-1, 1)))
+
+
+def addition_reward(prompts, completions, answer, **kwargs) -> list[float]:
+    """1.0 if the completion holds exactly one \\boxed{N} with N the answer, else 0.0."""
+    from ..rewards.common import completion_text
+
+    rewards = []
+    for completion, gold in zip(completions, answer):
+        found = _BOXED.findall(completion_text(completion))
+        rewards.append(1.0 if len(found) == 1 and found[0].strip() == str(gold) else 0.0)
+    return rewards
+
+
+def rl_dataset(problems: list[Problem]):
+    """TRL dataset: conversational ``prompt`` and the ``answer`` the reward reads."""
+    from datasets import Dataset
+
+    return Dataset.from_dict({
+        "prompt": [[{"role": "user", "content": p.question}] for p in problems],
+        "answer": [str(p.answer) for p in problems],
+        "carry": [p.carry for p in problems],
+    })
+
+
+@dataclass(frozen=True)
+class WarmupSpec:
+    """The tiny model and its noisy-teacher warm-up (the testbed's values by default)."""
+
+    task: str = "add1"
+    hidden_size: int = 128
+    num_layers: int = 2
+    vocab_size: int = 512
+    steps: int = 1500
+    batch_size: int = 64
+    lr: float = 3e-3
+    warmup_steps: int = 100
+    seed: int = 0
+
+    def key(self) -> str:
+        digest = hashlib.sha1(json.dumps(asdict(self), sort_keys=True).encode()).hexdigest()[:10]
+        return f"{self.task}-h{self.hidden_size}-s{self.steps}-{digest}"
+
+
+def _render_prompt(problem: Problem) -> str:
+    return f"<|im_start|>user\n{problem.question}<|im_end|>\n<|im_start|>assistant\n"
+
+
+def _render_completion(answer: int) -> str:
+    return ANSWER_FORMAT.format(answer) + "<|im_end|>"
+
+
+def train_tokenizer(task: str, vocab_size: int, path: Path):
+    """Train a byte-level BPE (digits kept as single tokens) on the task's texts; save and reload it with
+    ``PreTrainedTokenizerFast``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
+    )
+    backend.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    rng = random.Random(0)
+    pool = sft_pool(task)
+    texts = []
+    for _ in range(2000):
+        p = rng.choice(pool)
+        texts.append(_render_prompt(p) + _render_completion(noisy_teacher(p, rng)))
+    backend.train_from_iterator(texts, trainer)
+    path.mkdir(parents=True, exist_ok=True)
+    backend.save(str(path / "tokenizer.json"))
+    return load_tokenizer(path)
+
+
+def load_tokenizer(path: Path):
+    from transformers import PreTrainedTokenizerFast
+
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_file=str(Path(path) / "tokenizer.json"), pad_token="<|pad|>", eos_token="<|im_end|>",
+        additional_special_tokens=["<|endoftext|>", "<|im_start|>"],
+    )
+    tokenizer.chat_template = CHAT_TEMPLATE
+    tokenizer.padding_side = "left"
+    return tokenizer
+
+
+def _build_model(spec: WarmupSpec, tokenizer):
+    import torch
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    config = Qwen2Config(
+        vocab_size=len(tokenizer), hidden_size=spec.hidden_size, intermediate_size=2 * spec.hidden_size,
+        num_hidden_layers=spec.num_layers, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
+        tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(spec.seed)
+    model = Qwen2ForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model
+
+
+def warm_up(spec: WarmupSpec, cache_dir: str | Path, log=print) -> Path:
+    """The warmed-up model's folder under ``cache_dir`` (trained once, then reused: a ``done`` marker is written
+    last, so an interrupted warm-up is redone)."""
+    import torch
+
+    out = Path(cache_dir) / spec.key()
+    if (out / "done").exists():
+        return out
+    start = time.time()
+    tokenizer = train_tokenizer(spec.task, spec.vocab_size, out)
+    model = _build_model(spec, tokenizer)
+    rng = random.Random(spec.seed)
+    pool = sft_pool(spec.task)
+    prompt_ids = {p: tokenizer(_render_prompt(p), add_special_tokens=False)["input_ids"] for p in pool}
+    completion_ids: dict[int, list[int]] = {}
+    optimizer = torch.optim.AdamW(model.parameters(), lr=spec.lr, weight_decay=0.01)
+
+    def lr_at(step):
+        if step < spec.warmup_steps:
+            return (step + 1) / spec.warmup_steps
+        progress = (step - spec.warmup_steps) / max(1, spec.steps - spec.warmup_steps)
+        return 0.5 * (1 + math.cos(math.pi * progress))
+
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lr_at)
+    model.train()
+    pad = tokenizer.pad_token_id
+    for step in range(spec.steps):
+        rows, labels = [], []
+        for _ in range(spec.batch_size):
+            p = rng.choice(pool)
+            answer = noisy_teacher(p, rng)
+            if answer not in completion_ids:
+                completion_ids[answer] = tokenizer(_render_completion(answer), add_special_tokens=False)["input_ids"]
+            ids = prompt_ids[p] + completion_ids[answer]
+            rows.append(ids)
+            labels.append([-100] * len(prompt_ids[p]) + completion_ids[answer])
+        width = max(map(len, rows))
+        input_ids = torch.tensor([r + [pad] * (width - len(r)) for r in rows])
+        label_ids = torch.tensor([r + [-100] * (width - len(r)) for r in labels])
+        attention = torch.tensor([[1] * len(r) + [0] * (width - len(r)) for r in rows])
+        loss = model(input_ids=input_ids, attention_mask=attention, labels=label_ids).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        scheduler.step()
+        optimizer.zero_grad(set_to_none=True)
+        if step % 250 == 0 or step == spec.steps - 1:
+            log(f"warm-up {spec.key()} step {step}/{spec.steps} loss {loss.item():.3f}")
+    model.save_pretrained(out)
+    (out / "warmup.json").write_text(json.dumps({**asdict(spec), "seconds": time.time() - start}, indent=1))
+    (out / "done").write_text("")
+    return out
+
+
+def load_warm_model(path: Path):
+    """(model, tokenizer) from a :func:`warm_up` folder."""
+    from transformers import Qwen2ForCausalLM
+
+    tokenizer = load_tokenizer(path)
+    model = Qwen2ForCausalLM.from_pretrained(path)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model, tokenizer
+
+
+def evaluate(model, tokenizer, problems: list[Problem], *, k: int = 8, max_new_tokens: int = 16, seed: int = 0) -> dict:
+    """Held-out accuracy: ``sampled`` (mean over k samples at T = 1, seeded), ``greedy``, ``greedy_carry``
+    (greedy on the carry problems), ``format`` (share of samples with exactly one \\boxed{})."""
+    import torch
+
+    was_training = model.training
+    model.eval()
+    texts = [tokenizer.apply_chat_template([{"role": "user", "content": p.question}], tokenize=False,
+                                           add_generation_prompt=True) for p in problems]
+    batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
+    width = batch["input_ids"].size(1)
+    answers = [str(p.answer) for p in problems]
+    devices_state = torch.random.get_rng_state()
+    try:
+        with torch.no_grad():
+            torch.manual_seed(seed)
+            sampled = model.generate(**batch, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
+                                     max_new_tokens=max_new_tokens, num_return_sequences=k)
+            greedy = model.generate(**batch, do_sample=False, max_new_tokens=max_new_tokens)
+    finally:
+        torch.random.set_rng_state(devices_state)
+        model.train(was_training)
+    decode = lambda ids: tokenizer.batch_decode(ids[:, width:], skip_special_tokens=True)  # noqa: E731
+    sampled_rewards = addition_reward(None, decode(sampled), [a for a in answers for _ in range(k)])
+    greedy_rewards = addition_reward(None, decode(greedy), answers)
+    fmt = [len(_BOXED.findall(t)) == 1 for t in decode(sampled)]
+    carry = [r for r, p in zip(greedy_rewards, problems) if p.carry]
+    return {
+        "sampled": sum(sampled_rewards) / len(sampled_rewards),
+        "greedy": sum(greedy_rewards) / len(greedy_rewards),
+        "greedy_carry": sum(carry) / len(carry) if carry else float("nan"),
+        "format": sum(fmt) / len(fmt),
+    }
