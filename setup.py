@@ -32,6 +32,8 @@ setup(
         "pyyaml",
     ],
     extras_require={
+        # DeepSpeed ships as source: install it after torch with
+        #   DS_BUILD_OPS=0 pip install --no-build-isolation deepspeed   (ops are JIT-built on GPU machines)
         "deepspeed": ["deepspeed>=0.17"],
         # TRL 1.16 supports vLLM 0.22.0 to 0.31.0 (trl/import_utils.py::is_vllm_available).
         "vllm": ["vllm>=0.22,<0.32"],
