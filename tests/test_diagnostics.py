@@ -139,12 +139,15 @@ def test_clipping_rotates_the_gradient():
 
 
 def test_update_index_and_parameter_subset():
-    from acpo_trl.diagnostics import select_parameters, update_index
+    from acpo_trl.diagnostics import gradient_step_due, select_parameters, update_index
     from acpo_trl.toy import build_tiny_model
 
     assert [update_index(s, 4, 1, 1) for s in range(9)] == [0, 1, 2, 3, 0, 1, 2, 3, 0]
     assert [update_index(s, 4, 1, 2) for s in range(8)] == [0, 0, 1, 1, 0, 0, 1, 1]
     assert [update_index(s, 2, 2, 1) for s in range(5)] == [0, 1, 2, 3, 0]  # two passes (ar_lopti)
+    due = [s for s in range(80) if gradient_step_due(s, 10, 4)]
+    assert due == [0, 11, 22, 33, 40, 51, 62, 73] and [s % 4 for s in due] == [0, 3, 2, 1, 0, 3, 2, 1]
+    assert [s for s in range(30) if gradient_step_due(s, 10, 1)] == [0, 10, 20]
     model, _ = build_tiny_model()
     names = [n for n, _ in select_parameters(model, [r"layers\.1\."])]
     assert names and all("layers.1." in n for n in names)

@@ -5,8 +5,10 @@ loss it adds, to the metrics the trainer already all-reduces and logs in one cal
 
 - every micro-batch: :func:`~acpo_trl.diagnostics.ratio_diagnostics` keyed by the update index k within the
   rollout (``diag/k{k}/bin{b}/...``), with the method's clip masks (:func:`method_clip_masks`);
-- every ``grad_every`` optimizer steps, on the first micro-batch of the step:
-  :func:`~acpo_trl.diagnostics.gradient_diagnostics` on the parameters matching ``grad_params``.
+- once in every window of ``grad_every`` optimizer steps (at a rotating update index, see
+  :func:`gradient_step_due`), on the first micro-batch of the step:
+  :func:`~acpo_trl.diagnostics.gradient_diagnostics` on the parameters matching ``grad_params``; the angle and norm
+  ratio are also logged per k (``grad/k{k}/angle_deg``, ``grad/k{k}/norm_ratio``).
 
 k = (micro-step within the rollout cycle) // gradient_accumulation_steps, the micro-step being TRL's
 ``_step % (steps_per_generation * num_iterations)``: 0 is the first optimizer update after a rollout (r == 1).
@@ -43,11 +45,21 @@ def update_index(step: int, steps_per_generation: int, num_iterations: int, grad
     return (step % (steps_per_generation * num_iterations)) // gradient_accumulation_steps
 
 
+def gradient_step_due(optimizer_step: int, grad_every: int, updates_per_rollout: int) -> bool:
+    """Whether the gradient diagnostics run at ``optimizer_step``: once in every window of ``grad_every`` steps, at
+    an offset that rotates with the window, so that successive diagnoses fall on different update indices k (a
+    fixed offset would always hit the same k, e.g. k = 0, where r == 1 and nothing is clipped)."""
+    window, offset = divmod(optimizer_step, grad_every)
+    return offset == window % min(updates_per_rollout, grad_every)
+
+
 def attach_diagnostics(trainer, config: DiagnosticsConfig):
     """Wrap ``trainer.policy_loss_fn`` so that it also returns the diagnostics; returns the trainer."""
     loss_fn = trainer.policy_loss_fn
     args = trainer.args
     params = [p for _, p in select_parameters(trainer.model, config.grad_params)] if config.grad_every else []
+
+    updates = max(1, args.steps_per_generation * trainer.num_iterations // args.gradient_accumulation_steps)
 
     def with_diagnostics(inputs: PolicyLossInputs, run_config) -> PolicyLossOutput:
         output = loss_fn(inputs, run_config)
@@ -65,12 +77,17 @@ def attach_diagnostics(trainer, config: DiagnosticsConfig):
                 clipped_high=None if masks is None else masks[0], clipped_low=None if masks is None else masks[1],
                 k=update_index(step, args.steps_per_generation, trainer.num_iterations, ga),
             ))
-        if config.grad_every and step % ga == 0 and (step // ga) % config.grad_every == 0:
-            metrics.update(gradient_diagnostics(
+        if config.grad_every and step % ga == 0 and gradient_step_due(step // ga, config.grad_every, updates):
+            grad = gradient_diagnostics(
                 output.per_token_loss, inputs.logps, inputs.old_logps, inputs.advantages, inputs.mask, params,
                 loss_type=run_config.loss_type, num_bins=run_config.acpo_num_bins,
                 max_completion_length=run_config.max_completion_length, per_group=config.grad_per_group,
-            ))
+            )
+            k = update_index(step, args.steps_per_generation, trainer.num_iterations, ga)
+            for name in ("angle_deg", "norm_ratio"):
+                if f"grad/{name}" in grad:
+                    grad[f"grad/k{k}/{name}"] = grad[f"grad/{name}"]
+            metrics.update(grad)
         return PolicyLossOutput(output.per_token_loss, metrics)
 
     trainer.policy_loss_fn = with_diagnostics

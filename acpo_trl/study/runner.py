@@ -37,7 +37,7 @@ class RunSpec:
     eval_every: int = 40
     eval_k: int = 8
     last_evals: int = 3  # "mean of the last evaluations" averages this many
-    grad_every: int = 20  # gradient diagnostics every N steps (0: off)
+    grad_every: int = 10  # gradient diagnostics once per N optimizer steps (0: off)
     warmup: WarmupSpec = field(default_factory=WarmupSpec)
 
     @property
@@ -92,7 +92,9 @@ def run_one(spec: RunSpec, out_dir: str | Path, cache_dir: str | Path) -> dict:
         steps_per_generation=spec.upr, gradient_accumulation_steps=1, max_completion_length=spec.max_new_tokens,
         temperature=1.0, top_p=1.0, learning_rate=spec.lr, lr_scheduler_type="constant", warmup_steps=0,
         weight_decay=0.01, max_grad_norm=1.0, beta=0.0, loss_type="grpo", max_steps=spec.steps, logging_steps=1,
-        save_strategy="no", disable_tqdm=True, dataloader_num_workers=0, policy_loss=spec.method, **extra,
+        save_strategy="no", disable_tqdm=True, dataloader_num_workers=0, policy_loss=spec.method,
+        gradient_checkpointing=False,  # TRL's GRPO default is True: a recomputed forward, for nothing at this size
+        **extra,
     )
     evals: list[dict] = []
 
@@ -119,6 +121,7 @@ def run_one(spec: RunSpec, out_dir: str | Path, cache_dir: str | Path) -> dict:
     last = evals[-spec.last_evals:]
     angles = [e["grad/angle_deg"] for e in entries if isinstance(e.get("grad/angle_deg"), (int, float))]
     result = {
+        "diagnostics": summarize_diagnostics(entries),
         "spec": spec.to_json(),
         "run_id": spec.run_id,
         "variant": spec.variant,
@@ -137,6 +140,27 @@ def run_one(spec: RunSpec, out_dir: str | Path, cache_dir: str | Path) -> dict:
     tmp.write_text(json.dumps(result, indent=1))
     os.replace(tmp, run_dir / "result.json")
     return result
+
+
+def summarize_diagnostics(entries: list[dict]) -> dict:
+    """Run means of the diagnostics, small enough for ``result.json`` (so tables and cross-seed plots do not need
+    ``metrics.jsonl``): ``bins[metric]["k,b"]``, ``grad_k[metric]["k"]`` and ``grad[metric]`` (shares, angle)."""
+    from ..diagnostics.plots import bin_table
+
+    bins = {name: {f"{k},{b}": v for (k, b), v in cells.items()} for name, cells in bin_table(entries).items()}
+    sums: dict = {}
+    for entry in entries:
+        for key, value in entry.items():
+            if key.startswith("grad/") and isinstance(value, (int, float)) and math.isfinite(value):
+                sums.setdefault(key, []).append(value)
+    means = {key: sum(v) / len(v) for key, v in sums.items()}
+    grad_k: dict = {}
+    for key, value in means.items():
+        parts = key.split("/")
+        if len(parts) == 3 and parts[1].startswith("k"):
+            grad_k.setdefault(parts[2], {})[parts[1][1:]] = value
+    return {"bins": bins, "grad_k": grad_k,
+            "grad": {k[5:]: v for k, v in means.items() if not k.split("/")[1].startswith("k")}}
 
 
 def is_done(spec: RunSpec, out_dir: str | Path) -> bool:

@@ -97,6 +97,47 @@ def _task_table(task: str, data: dict, with_collapse: bool) -> list[str]:
     return lines + [""]
 
 
+def _mean(values) -> float:
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(values) / len(values) if values else math.nan
+
+
+def diagnostics_table(results: list[dict]) -> list[str]:
+    """Per task, variant and regime, means over seeds (and over the update indices k >= 1 of a rollout): the eps
+    ACPO's rule gives each bin, the method's clip fraction in the lowest and highest bins by advantage sign, the
+    gradient angle to the unclipped surrogate, and the gradient share of the low-probability bins 0-1."""
+    cells: dict = defaultdict(list)
+    for r in results:
+        if r.get("diagnostics"):
+            cells[(r["spec"]["task"], r["variant"], r["spec"]["upr"])].append(r["diagnostics"])
+    if not cells:
+        return []
+
+    def by_bin(diags, metric, b):
+        return _mean([v for d in diags for kb, v in d["bins"].get(metric, {}).items()
+                      if kb.endswith(f",{b}") and int(kb.split(",")[0]) >= 1])
+
+    def pct(x):
+        return "–" if math.isnan(x) else f"{100 * x:.1f}"
+
+    lines = ["## Diagnostics (means over seeds and over updates k >= 1 of a rollout)", "",
+             "| task | variant | upr | ACPO eps bins 0..4 | clip % A>0 bin 0 / 4 | clip % A<0 bin 0 / 4 | "
+             "log-ratio std bin 0 / 4 | angle to unclipped (k >= 1) | grad share bins 0-1 (A>0 / A<0) |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for (task, variant, upr), diags in sorted(cells.items()):
+        eps = " / ".join(f"{by_bin(diags, 'acpo_eps', b):.2f}" for b in range(5))
+        clip = lambda m: f"{pct(by_bin(diags, m, 0))} / {pct(by_bin(diags, m, 4))}"  # noqa: E731
+        pos = "clip_frac_pos" if any("clip_frac_pos" in d["bins"] for d in diags) else "acpo_clip_frac_pos"
+        neg = pos.replace("pos", "neg")
+        std = f"{by_bin(diags, 'logratio_std', 0):.3f} / {by_bin(diags, 'logratio_std', 4):.3f}"
+        angle = _mean([v for d in diags for k, v in d["grad_k"].get("angle_deg", {}).items() if int(k) >= 1])
+        share = [_mean([sum(d["grad"].get(f"share/bin{b}/{s}", math.nan) for b in (0, 1)) for d in diags])
+                 for s in ("pos", "neg")]
+        lines.append(f"| {task} | `{variant}` | {upr} | {eps} | {clip(pos)} | {clip(neg)} | {std} | "
+                     f"{'–' if math.isnan(angle) else f'{angle:.1f}°'} | {share[0]:.2f} / {share[1]:.2f} |")
+    return lines + [""]
+
+
 def write_table(results: list[dict], path: str | Path | None = None) -> str:
     """The Markdown tables (all runs; then without the collapsed ones); written to ``path`` when given."""
     lines = [
@@ -115,6 +156,7 @@ def write_table(results: list[dict], path: str | Path | None = None) -> str:
         lines += ["## Without the collapsed runs", ""]
         for task, data in summarize(results, exclude_collapsed=True).items():
             lines += _task_table(task, data, with_collapse=False)
+    lines += diagnostics_table(results)
     text = "\n".join(lines)
     if path is not None:
         Path(path).write_text(text)
