@@ -124,6 +124,7 @@ def test_push_without_network_fails_fast_and_clearly(tmp_path, tiny_dir, monkeyp
 
     args = ACPOConfig(**trainer_kwargs(tmp_path, hub_model_id="someone/tiny-acpo"))
     trainer = ACPOTrainer(tiny_dir, toy_reward, args=args, train_dataset=toy_dataset(8))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)  # the suite runs offline; here we want a real attempt
     monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
     start = time.monotonic()
     with pytest.raises(HubUnreachableError, match="cannot reach the Hub at http://127.0.0.1:9"):
