@@ -22,9 +22,10 @@ from pathlib import Path
 
 from .runner import ALPHAS, PAPER_METHODS, UPRS, RunSpec, build_grid, estimate_seconds, is_done, quick_grid, run_grid, work
 
-# Seconds per optimizer step of one run with one torch thread, measured on the 2-core machine while it was shared
-# (see docs/RESULTS.md); used only by `plan`.
-SECONDS_PER_STEP = {"add1": {2: 0.45, 8: 0.35, 16: 0.33}, "add2": {2: 0.5, 8: 0.4, 16: 0.38}}
+# Wall seconds per optimizer step of one run while another runs beside it (2 cores, one torch thread each),
+# evaluations and diagnostics included: the 1-seed pilot of docs/RESULTS.md (add1 72-111 s per 200-step run,
+# add2 52-56 s, on a machine shared with other jobs). Used only by `plan`.
+SECONDS_PER_STEP = {"add1": {2: 0.42, 8: 0.42, 16: 0.40}, "add2": {2: 0.28, 8: 0.28, 16: 0.28}}
 PILOT_METHODS = ("acpo", "dapo", "cispo")
 
 

@@ -110,12 +110,19 @@ def run_one(spec: RunSpec, out_dir: str | Path, cache_dir: str | Path) -> dict:
             if state.global_step % spec.eval_every == 0 or state.global_step == spec.steps:
                 self._run(state.global_step)
 
-    trainer = ACPOTrainer(model, addition_reward, args=args, train_dataset=rl_dataset(train),
+    # A rollout takes batch_size * upr / num_generations prompts (128 at upr 16) and TRL drops an incomplete last
+    # batch: with add1's 70 prompts and no repetition, upr 16 would train for 0 steps. Repeat the prompt list, the
+    # same number of times in every regime (sized for upr 16), so that all regimes sample prompts alike.
+    prompts_per_rollout = spec.batch_size * max(spec.upr, 16) // spec.num_generations
+    repeats = max(1, math.ceil(4 * prompts_per_rollout / len(train)))
+    trainer = ACPOTrainer(model, addition_reward, args=args, train_dataset=rl_dataset(train * repeats),
                           processing_class=tokenizer,
                           callbacks=[MetricsJSONLCallback(str(run_dir / "metrics.jsonl")), Evaluate()])
     trainer.remove_callback(PrinterCallback)  # the log entries go to metrics.jsonl, not to stdout
     attach_diagnostics(trainer, DiagnosticsConfig(ratio_stats=True, grad_every=spec.grad_every))
     trainer.train()
+    if trainer.state.global_step != spec.steps:
+        raise RuntimeError(f"{spec.run_id}: trained {trainer.state.global_step} of {spec.steps} steps.")
     entries = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     rewards = [(e["step"], e["reward"]) for e in entries if isinstance(e.get("reward"), (int, float))]
     last = evals[-spec.last_evals:]
