@@ -4,7 +4,8 @@ Per task and variant (method, or ACPO at an alpha of the sweep), per regime (upd
 mean +- sd over seeds of the final sampled accuracy and of the mean of the last evaluations; the relative drop
 of the mean final accuracy from the nearest-on-policy regime (the smallest upr) to each off-policy one; the
 average rank over the configurations (task x regime; 1 = best mean final accuracy); and, separately, the collapse
-rate (runs whose reward fell to 0 and stayed there). A second table repeats the accuracies without the collapsed
+rate (runs whose reward fell to 0 and stayed there), and the runs that ended below their starting accuracy
+(degraded without a full collapse). A second table repeats the accuracies without the collapsed
 runs, so that a few collapses cannot hide what the other runs did.
 """
 
@@ -55,6 +56,7 @@ def summarize(results: list[dict], exclude_collapsed: bool = False) -> dict:
                 row["regimes"][upr] = {
                     "n": len(kept), "final": final, "last": last,
                     "collapsed": sum(r["collapsed"] for r in runs), "runs": len(runs),
+                    "below_start": sum(r["final_sampled"] < r["start_sampled"] for r in runs),
                     "start": _mean_sd([r["start_sampled"] for r in runs])[0],
                     "angle": _mean_sd([r["mean_angle_deg"] for r in runs if r.get("mean_angle_deg") is not None])[0],
                 }
@@ -80,7 +82,7 @@ def _task_table(task: str, data: dict, with_collapse: bool) -> list[str]:
     head = ["variant"] + [f"final acc, upr {u}" for u in uprs] + [f"last-evals mean, upr {u}" for u in uprs]
     head += [f"drop {uprs[0]}→{u}" for u in uprs[1:]] + ["avg rank"]
     if with_collapse:
-        head += ["collapsed"]
+        head += ["collapsed", "ended below start"]
     lines = [f"### {task}", "", "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     order = sorted(data["rows"], key=lambda v: (data["rows"][v]["avg_rank"], v))
     for v in order:
@@ -93,6 +95,7 @@ def _task_table(task: str, data: dict, with_collapse: bool) -> list[str]:
         cols += [f"{row['avg_rank']:.2f}"]
         if with_collapse:
             cols += [" / ".join(f"{regimes[u]['collapsed']}/{regimes[u]['runs']}" for u in uprs)]
+            cols += [" / ".join(f"{regimes[u]['below_start']}/{regimes[u]['runs']}" for u in uprs)]
         lines.append("| " + " | ".join(cols) + " |")
     return lines + [""]
 
@@ -146,7 +149,8 @@ def write_table(results: list[dict], path: str | Path | None = None) -> str:
         "Final sampled accuracy (T = 1, held-out problems) and the mean over the last evaluations: mean ± sd over "
         "seeds. Drop: relative change of the mean final accuracy from the smallest to each larger number of updates "
         "per rollout (positive = worse off-policy). Avg rank: over the regimes of the task (1 = best). Collapsed: "
-        "runs whose rollout reward fell to 0 and stayed there, per regime.",
+        "runs whose rollout reward fell to 0 and stayed there, per regime. Ended below start: runs whose final "
+        "sampled accuracy is below their step-0 accuracy (degraded without a full collapse).",
         "",
     ]
     everything = summarize(results)
