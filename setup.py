@@ -45,6 +45,7 @@ setup(
             "acpo-train=acpo_trl.train:main",
             "acpo-eval=acpo_trl.evaluation.cli:main",
             "acpo-dlogp=acpo_trl.dlogp.cli:main",
+            "acpo-study=acpo_trl.study.cli:main",
         ]
     },
     classifiers=[

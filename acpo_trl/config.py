@@ -74,6 +74,18 @@ class ACPOConfig(GRPOConfig):
             reweightings themselves and `ar_lopti`.
         ppl_clamp (`bool`, *optional*, defaults to `False`):
             `ppl`: clamp the sequence weights to [0.8, 1.2].
+
+        > Diagnostics (see `acpo_trl/diagnostics/` and docs/RESULTS.md; cost measured by
+        > benchmarks/diagnostics_overhead.py)
+
+        diagnostics (`bool`, *optional*, defaults to `False`):
+            Log, per update index k within a rollout and per probability bin, ratio and log-ratio statistics, the
+            eps ACPO would give and clip fractions by advantage sign, for any policy loss (about 2% of a step).
+        diagnostics_grad_every (`int`, *optional*, defaults to `0`):
+            Every N optimizer steps, the angle and norm ratio between the used gradient and the unclipped
+            on-policy surrogate's, and per-bin gradient shares (0: off).
+        diagnostics_grad_params (`list[str]`, *optional*):
+            Regular expressions restricting the gradient diagnostics to some parameters (empty: all).
     """
 
     policy_loss: str = field(
@@ -112,6 +124,17 @@ class ACPOConfig(GRPOConfig):
         default="dapo", metadata={"help": "Objective fed with the reweighted advantages (dlogp_reweight, dominate, ppl)."}
     )
     ppl_clamp: bool = field(default=False, metadata={"help": "ppl: clamp sequence weights to [0.8, 1.2]."})
+    diagnostics: bool = field(
+        default=False,
+        metadata={"help": "Log per update index and probability bin ratio diagnostics (acpo_trl.diagnostics)."},
+    )
+    diagnostics_grad_every: int = field(
+        default=0, metadata={"help": "Gradient-direction diagnostics once per N optimizer steps (0: off)."}
+    )
+    diagnostics_grad_params: list[str] = field(
+        default_factory=list,
+        metadata={"help": "Regular expressions of the parameters of the gradient diagnostics (empty: all)."},
+    )
     loss_type: str = field(
         default="grpo",
         metadata={"help": f"Aggregation of the per-token loss, one of {LOSS_TYPES} (the ACPO paper: 'grpo')."},
@@ -188,6 +211,8 @@ class ACPOConfig(GRPOConfig):
             if self.is_on_policy:
                 fail("gradient_accumulation_steps", "ar_lopti's second pass must come after an optimizer step: "
                      "gradient_accumulation_steps must not be a multiple of 2 * steps_per_generation.")
+        if self.diagnostics_grad_every < 0:
+            fail("diagnostics_grad_every", "must be >= 0 (0 turns the gradient diagnostics off).")
         if self.loss_type not in LOSS_TYPES:
             fail("loss_type", f"ACPOTrainer aggregates with one of {LOSS_TYPES}; the policy loss is `policy_loss`.")
         if self.importance_sampling_level != "token":

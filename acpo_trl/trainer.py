@@ -69,6 +69,17 @@ class ACPOTrainer(GRPOTrainer):
             )
         super().__init__(model, reward_funcs, args, *pargs, **kwargs)
         self.policy_loss_fn = get_policy_loss(args.policy_loss)
+        if args.diagnostics or args.diagnostics_grad_every:
+            from .diagnostics import DiagnosticsConfig, attach_diagnostics
+
+            attach_diagnostics(
+                self,
+                DiagnosticsConfig(
+                    ratio_stats=args.diagnostics,
+                    grad_every=args.diagnostics_grad_every,
+                    grad_params=list(args.diagnostics_grad_params),
+                ),
+            )
 
     def create_model_card(self, model_name=None, dataset_name=None, tags=None):
         """TRL's model card, plus a section stating the method, the paper, the per-bin settings, the regime

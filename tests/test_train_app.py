@@ -133,3 +133,12 @@ def test_push_without_network_fails_fast_and_clearly(tmp_path, tiny_dir, monkeyp
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     with pytest.raises(HubUnreachableError, match="HF_HUB_OFFLINE"):
         trainer.push_to_hub()
+
+
+@pytest.mark.slow
+def test_diagnostics_switched_on_from_the_recipe(tmp_path, tiny_dir):
+    trainer = train(recipe(tmp_path, tiny_dir, max_steps=2, diagnostics=True, diagnostics_grad_every=1,
+                           diagnostics_grad_params=["model.layers.1"]))
+    keys = {k for entry in trainer.state.log_history for k in entry}
+    assert {"diag/k0/bin0/acpo_eps", "diag/k1/bin0/acpo_eps"} <= keys  # per update index k within a rollout
+    assert any(k.startswith("grad/") and k.endswith("angle_deg") for k in keys)
