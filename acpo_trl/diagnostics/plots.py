@@ -36,6 +36,15 @@ def _setup():
     return plt
 
 
+def _save(plt, fig, out_png: str, title: str) -> str:
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(out_png, dpi=100)
+    plt.close(fig)
+    return out_png
+
+
 def plot_bins_vs_k(entries: list[dict], out_png: str, title: str = "") -> str:
     """2 x 2 panels of per-bin diagnostics against k (see the module docstring). Returns ``out_png``."""
     plt = _setup()
@@ -57,12 +66,7 @@ def plot_bins_vs_k(entries: list[dict], out_png: str, title: str = "") -> str:
         ax.set(xlabel="update index k within the rollout", title=label)
         if cells:
             ax.legend(fontsize=7)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(out_png, dpi=100)
-    plt.close(fig)
-    return out_png
+    return _save(plt, fig, out_png, title)
 
 
 def plot_gradient_diagnostics(entries: list[dict], out_png: str, title: str = "") -> str:
@@ -89,9 +93,4 @@ def plot_gradient_diagnostics(entries: list[dict], out_png: str, title: str = ""
         ax.set(xlabel="optimizer step", title=f"gradient share per bin, A {'>' if sign == 'pos' else '<'} 0")
         if keys:
             ax.legend(fontsize=7)
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(out_png, dpi=100)
-    plt.close(fig)
-    return out_png
+    return _save(plt, fig, out_png, title)
