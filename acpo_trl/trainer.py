@@ -123,7 +123,8 @@ class ACPOTrainer(GRPOTrainer):
                 batch_size=self.args.per_device_train_batch_size,
             )
         logppl = -(old_logps * mask).sum(-1) / mask.sum(-1).clamp(min=1.0)
-        groups = self.accelerator.gather(logppl).view(-1, self.num_generations)
+        group_size = self.num_generations if self.model.training else self.num_generations_eval
+        groups = self.accelerator.gather(logppl).view(-1, group_size)
         z = (groups - groups.mean(-1, keepdim=True)) / (groups.std(-1, unbiased=False, keepdim=True) + 1e-6)
         start = self.accelerator.process_index * logppl.size(0)
         return z.flatten()[start : start + logppl.size(0)]
