@@ -150,7 +150,7 @@ def per_bin_metrics(
     # Sign classes are computed at the advantages' own shape ((B, 1) for sequence advantages), then broadcast.
     sign_class = torch.where(advantages > 0, _POS, torch.where(advantages < 0, _NEG, _ZERO))
     # clipped_high / clipped_low already carry the advantage sign, so at most one is set per token.
-    code = bins * _NUM_CLASSES + (sign_class + (clipped_high | clipped_low))
+    code = torch.add(sign_class, bins, alpha=_NUM_CLASSES).add_(clipped_high | clipped_low)
     flat_code = code.reshape(-1)
     counts = torch.zeros((num_bins + 1) * _NUM_CLASSES, dtype=torch.float64, device=code.device)
     counts = counts.scatter_add_(0, flat_code, counts.new_ones(1).expand_as(flat_code))
