@@ -44,8 +44,12 @@ def probability_bins(logps: torch.Tensor, num_bins: int, mask: torch.Tensor | No
     """b = min(floor(K exp(logp)), K - 1): each token's equal-width probability bin on [0, 1] (int64).
 
     With ``mask``, masked-out tokens get the extra index K, so per-bin sums over K + 1 slots exclude them."""
-    bins = (logps.detach().exp() * num_bins).long().clamp_(max=num_bins - 1)
-    return bins if mask is None else bins.masked_fill_(mask == 0, num_bins)
+    # floor(min(K p, K - 1/2)) == min(floor(K p), K - 1); the masking (K for masked-out tokens) is done in float
+    # arithmetic, K + (x - K) * mask, which is several times cheaper than masked_fill on int64.
+    scaled = (logps.detach().exp() * num_bins).clamp_(max=num_bins - 0.5)
+    if mask is not None:
+        scaled = scaled.sub_(num_bins).mul_(mask).add_(num_bins)
+    return scaled.long()
 
 
 @torch.no_grad()
@@ -69,7 +73,7 @@ def bin_clip_range(
     flat_bins = bins.reshape(-1)
     x = ratio.reshape(-1).float() - 1
     zeros = x.new_zeros(num_bins + 1)
-    first = torch.stack([zeros.scatter_add(0, flat_bins, x.new_ones(1).expand_as(x)), zeros.scatter_add(0, flat_bins, x)])
+    first = torch.stack([zeros.scatter_add(0, flat_bins, torch.ones_like(x)), zeros.scatter_add(0, flat_bins, x)])
     first = first[:, :num_bins] if all_reduce is None else all_reduce(first[:, :num_bins])
     count, sum_x = first.double()
     n = count.clamp(min=1)
