@@ -142,3 +142,14 @@ def test_diagnostics_switched_on_from_the_recipe(tmp_path, tiny_dir):
     keys = {k for entry in trainer.state.log_history for k in entry}
     assert {"diag/k0/bin0/acpo_eps", "diag/k1/bin0/acpo_eps"} <= keys  # per update index k within a rollout
     assert any(k.startswith("grad/") and k.endswith("angle_deg") for k in keys)
+
+
+def test_demo_recipe_is_the_offline_off_policy_run():
+    """configs/demo.yaml (the README's main job): the packaged offline model, CPU, several updates per rollout."""
+    from acpo_trl.train import make_parser
+
+    script_args, training_args, model_args = make_parser().parse_args_and_config(args=["--config", "configs/demo.yaml"])
+    assert model_args.model_name_or_path == "offline:smollm2"
+    assert (script_args.task, script_args.report) == ("addition", True)
+    assert training_args.use_cpu and training_args.policy_loss == "acpo"
+    assert training_args.updates_per_rollout == 4 and not training_args.is_on_policy
