@@ -247,3 +247,10 @@ def test_vllm_lora_rank_rounds_up_to_an_allowed_value(tmp_path):
         _vllm_max_lora_rank(str(tmp_path))
     with pytest.raises(FileNotFoundError, match="adapter_config.json"):
         _vllm_max_lora_rank(str(tmp_path / "missing"))
+
+
+def test_countdown_without_a_file_offline_says_how_to_pass_one():
+    from acpo_trl.evaluation.benchmarks import load_benchmark
+
+    with pytest.raises(ValueError, match=r"cannot be reached .*countdown=<tasks.jsonl>"):
+        load_benchmark("countdown")

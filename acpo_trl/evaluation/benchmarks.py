@@ -72,7 +72,15 @@ def _countdown(name: str, path: str | None, data_dir: str | None, template: str,
         return load_countdown(str(Path(data_dir) / "countdown" / "test_nums_target.jsonl"), template=template), (
             countdown_reward
         )
-    return load_countdown(HUB_ID, template=template, split=COUNTDOWN_TEST_SPLIT), countdown_reward
+    try:
+        return load_countdown(HUB_ID, template=template, split=COUNTDOWN_TEST_SPLIT), countdown_reward
+    except (ConnectionError, OSError) as error:  # offline, or the Hub unreachable
+        raise ValueError(
+            f"countdown: its default test rows come from the Hub ({HUB_ID}, {COUNTDOWN_TEST_SPLIT}), which cannot be "
+            f"reached ({error}). Pass a local file, `countdown=<tasks.jsonl>` with {{\"target\", \"nums\"}} records "
+            "(TinyZero's test_nums_target.jsonl, or one written from acpo_trl.data.countdown.generate_countdown), "
+            "or --data_dir."
+        ) from error
 
 
 _LOADERS = {**{name: _math for name in MATH_BENCHMARKS}, "hitab": _hitab, "countdown": _countdown}
