@@ -23,18 +23,10 @@ import torch
 
 from acpo_trl.diagnostics import gradient_diagnostics, method_clip_masks, ratio_diagnostics, select_parameters
 from acpo_trl.losses import PolicyLossInputs, aggregate_loss, get_policy_loss
+from loss_overhead import CONFIG as LOSS_CONFIG  # benchmarks/ is on sys.path when run as a script
+from loss_overhead import make_tensors as tensors  # the same loss-only tensors as the loss benchmark
 
-CONFIG = SimpleNamespace(
-    policy_loss="acpo", acpo_num_bins=5, acpo_alpha=3.0, acpo_base_clip=0.2, acpo_clip_min=0.0, acpo_clip_max=3.0,
-    dual_clip_c=3.0, acpo_stats_scope="local", epsilon=0.2, epsilon_high=0.2, delta=None, loss_type="grpo",
-)
-
-
-def tensors(batch, length, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    logps = torch.nn.functional.logsigmoid(torch.randn(batch, length, generator=g) * 3)
-    old = logps + 0.1 * torch.randn(batch, length, generator=g)
-    return logps, old, torch.randn(batch, 1, generator=g), (torch.rand(batch, length, generator=g) > 0.1).float()
+CONFIG = SimpleNamespace(**vars(LOSS_CONFIG), policy_loss="acpo", loss_type="grpo")
 
 
 def timed(fn) -> float:

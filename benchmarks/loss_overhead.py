@@ -1,9 +1,10 @@
-"""Forward + backward time of the ACPO loss against the fixed-clip (ppo_clip) loss on the same tensors.
+"""Forward + backward CPU time of the ACPO loss against the fixed-clip (ppo_clip) loss on the same tensors.
 
 Both are timed as the trainer calls them: registry function (per-token loss and its metrics) + grpo
-aggregation + backward. Interleaved repeats, median of each, printed side by side with the ratio.
+aggregation + backward. CPU time (``time.process_time``, robust to other jobs on the machine), one thread by
+default, interleaved repeats, median of each, printed side by side with the ratio.
 
-    python benchmarks/loss_overhead.py [--shapes 8x1024 64x4096] [--repeats 15] [--threads 2]
+    python benchmarks/loss_overhead.py [--shapes 8x1024 64x4096] [--repeats 31] [--threads 1]
 """
 
 from __future__ import annotations
@@ -46,11 +47,11 @@ def time_loss(name: str, tensors) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--shapes", nargs="+", default=["8x1024", "16x3072", "64x4096"])
-    parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=31)
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    print(f"torch {torch.__version__}, {args.threads} threads, median of {args.repeats} interleaved repeats")
+    print(f"torch {torch.__version__}, {args.threads} thread(s), CPU time, median of {args.repeats} interleaved repeats")
     print(f"{'B x T':>10} {'ppo_clip (ms)':>14} {'acpo (ms)':>10} {'ratio':>7}")
     for shape in args.shapes:
         batch, length = (int(x) for x in shape.split("x"))
