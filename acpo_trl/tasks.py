@@ -42,6 +42,9 @@ class ACPOScriptArguments(ScriptArguments):
             `metrics.jsonl`, `training_curves.png` and `report.md` in `output_dir`.
         eval_k (`int`, defaults to `4`): samples per held-out problem for the report (avg@k).
         eval_temperature (`float`, defaults to `1.0`): sampling temperature of the report's evaluation.
+        report_eval_steps (`int`, *optional*): with `report`, also evaluate the held-out set every this many
+            optimizer steps (logged as `eval/<task>/...` in `metrics.jsonl` and to `report_to`; the learning curve that
+            `acpo-study --recipe` reads).
     """
 
     task: str = field(default="countdown", metadata={"help": "countdown | math | hitab | addition | toy"})
@@ -60,12 +63,19 @@ class ACPOScriptArguments(ScriptArguments):
     report: bool = field(default=False, metadata={"help": "Before/after evaluation, metrics JSONL, plot, report."})
     eval_k: int = field(default=4, metadata={"help": "Report: samples per held-out problem (avg@k)."})
     eval_temperature: float = field(default=1.0, metadata={"help": "Report: sampling temperature."})
+    report_eval_steps: int | None = field(
+        default=None, metadata={"help": "Report: also evaluate the held-out set every N optimizer steps."}
+    )
 
     def __post_init__(self):
         if self.task not in TASKS:
             raise ValueError(f"ACPOScriptArguments.task={self.task!r}: choose one of {sorted(TASKS)}.")
         if self.prompt_template not in ("base", "chat"):
             raise ValueError(f"ACPOScriptArguments.prompt_template={self.prompt_template!r}: use 'base' or 'chat'.")
+        if self.report_eval_steps is not None and (self.report_eval_steps < 1 or not self.report):
+            raise ValueError(f"ACPOScriptArguments.report_eval_steps={self.report_eval_steps}: give a positive "
+                             "number of steps, together with `report: true` (the periodic evaluation is part of the "
+                             "report).")
 
 
 @dataclass

@@ -110,8 +110,11 @@ def run(script_args, training_args, model_args, callbacks=None):
             os.remove(metrics_path)
         trainer.add_callback(MetricsJSONLCallback(metrics_path))
         held_out = Benchmark(script_args.task, task.eval_dataset, task.reward_funcs[0])
-        evaluator = EvalCallback(trainer, [held_out], eval_steps=10**9, k=script_args.eval_k,
-                                 temperature=script_args.eval_temperature, seed=training_args.seed)
+        evaluator = EvalCallback(trainer, [held_out], eval_steps=script_args.report_eval_steps or 10**9,
+                                 k=script_args.eval_k, temperature=script_args.eval_temperature,
+                                 seed=training_args.seed)
+        if script_args.report_eval_steps:
+            trainer.add_callback(evaluator)  # logged to metrics.jsonl and report_to as eval/<task>/...
         before = evaluator.evaluate()
 
     start = time.time()

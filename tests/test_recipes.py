@@ -15,7 +15,8 @@ from acpo_trl.train import make_parser
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 ACCELERATE = CONFIGS / "accelerate"
-RECIPES = sorted(p for p in CONFIGS.glob("*/*.yaml") if p.parent != ACCELERATE)
+STUDY = CONFIGS / "study"  # the study's real-model recipe: tests/test_study.py
+RECIPES = sorted(p for p in CONFIGS.glob("*/*.yaml") if p.parent not in (ACCELERATE, STUDY))
 
 # The paper (spec §2): regime -> prompts per rollout, prompts per optimizer update, updates per rollout.
 PAPER = {"near_on_policy": (128, 64, 2), "off_policy": (256, 16, 16)}

@@ -88,3 +88,82 @@ def test_quick_grid_runs_resumes_and_redoes_only_an_interrupted_run(tmp_path, ca
     assert run_grid(specs, out, out / "warmups", jobs=0, log=lambda m: None) == []
     assert (out / "runs" / lost.run_id / "result.json").exists()
     assert stamps == {s.run_id: (out / "runs" / s.run_id / "result.json").stat().st_mtime_ns for s in specs[1:]}
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The study through a recipe (issue 8.3): each cell an acpo-train run; the GPU recipe, built but not run here.
+
+STUDY_RECIPE = "configs/study/qwen2.5-0.5b-instruct_countdown.yaml"
+
+
+def test_recipe_cell_changes_only_what_the_study_varies(tmp_path):
+    import yaml
+
+    from acpo_trl.study.recipe import RecipeRunSpec, recipe_grid
+    from acpo_trl.study.runner import spec_from_json
+
+    config = yaml.safe_load(open(STUDY_RECIPE))
+    path = tmp_path / "r.yaml"
+    path.write_text(yaml.safe_dump({**config, "gradient_accumulation_steps": 2}))
+    spec = RecipeRunSpec(str(path), method="acpo", upr=8, seed=3, alpha=0.5, launcher=("acpo-train",))
+    command = spec.command(tmp_path / "cell")
+    args = dict(zip(command[1::2], command[2::2]))
+    assert command[0] == "acpo-train" and args["--config"] == str(path)
+    assert args["--steps_per_generation"] == "16"  # 8 updates per rollout x 2 accumulation steps
+    assert args["--policy_loss"] == "acpo" and args["--acpo_alpha"] == "0.5" and args["--seed"] == "3"
+    assert args["--report"] == "true" and args["--diagnostics"] == "true" and "--max_steps" not in args
+    assert spec.run_id == "r/acpo-alpha0.5/upr8/seed3" and spec.variant == "acpo(alpha=0.5)"
+    assert spec_from_json(json.loads(json.dumps(spec.to_json()))) == spec  # through the worker queue
+    assert spec.to_json()["steps"] == config["max_steps"] and spec.to_json()["task"] == "r"
+
+    grid = recipe_grid(STUDY_RECIPE, methods=["acpo", "dapo"], uprs=[2, 16], seeds=range(2), alphas=[1.0])
+    assert len(grid) == 12 and grid[0].seed == 0 and grid[-1].seed == 1
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("a: 1\n")
+    with pytest.raises(ValueError, match="model_name_or_path"):
+        RecipeRunSpec(str(bad))
+    # the GPU recipe parses with acpo-train's own parser, with every override the study adds
+    from acpo_trl.train import make_parser
+
+    grid_cell = recipe_grid(STUDY_RECIPE, methods=["cispo"], uprs=[16], seeds=[1], alphas=[])[0]
+    script_args, training_args, _ = make_parser().parse_args_and_config(
+        args=[*grid_cell.command(tmp_path / "gpu")[len(grid_cell.launcher):], "--use_cpu", "true"])
+    assert training_args.policy_loss == "cispo" and training_args.updates_per_rollout == 16
+    assert script_args.report and script_args.report_eval_steps == 50 and training_args.diagnostics
+    from acpo_trl.tasks import ACPOScriptArguments
+
+    with pytest.raises(ValueError, match="report_eval_steps.*report: true"):
+        ACPOScriptArguments(task="toy", report_eval_steps=5)
+
+
+@pytest.mark.slow
+def test_recipe_study_runs_acpo_train_per_cell_and_reports(tmp_path, tiny_dir, capsys):
+    import yaml
+
+    from acpo_trl.study.cli import main
+
+    recipe = tmp_path / "toy_recipe.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "model_name_or_path": tiny_dir, "task": "toy", "num_train_tasks": 64, "num_eval_tasks": 4, "eval_k": 2,
+        "use_cpu": True, "bf16": False, "per_device_train_batch_size": 8, "num_generations": 4,
+        "max_completion_length": 8, "learning_rate": 0.01, "max_steps": 2, "report_to": "none",
+        "disable_tqdm": True, "output_dir": str(tmp_path / "unused"),
+    }))
+    out = tmp_path / "study"
+    argv = ["run", "--recipe", str(recipe), "--out", str(out), "--methods", "acpo", "dapo", "--uprs", "1", "2",
+            "--seeds", "1", "--alphas", "--eval-steps", "1", "--jobs", "2", "--plots", "some"]
+    assert main(argv) == 0
+    for method in ("acpo", "dapo"):
+        for upr in (1, 2):
+            cell = out / "runs" / f"toy_recipe/{method}/upr{upr}/seed0"
+            result = json.loads((cell / "result.json").read_text())
+            assert [e["step"] for e in result["evals"]] == [0, 1, 2]
+            assert f"--policy_loss {method}" in result["command"]
+            assert f"--steps_per_generation {upr}" in result["command"]
+            assert result["spec"]["task"] == "toy_recipe" and result["diagnostics"]["bins"]["acpo_eps"]
+    table = (out / "table.md").read_text()
+    assert "### toy_recipe" in table and "`dapo`" in table and "final acc, upr 2" in table
+    assert (out / "plots" / "toy_recipe_learning_curves.png").exists()
+    capsys.readouterr()
+    assert main([*argv, "--no-report"]) == 0  # resumable: every cell is finished
+    assert "0 to run" in capsys.readouterr().out

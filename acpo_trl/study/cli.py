@@ -1,4 +1,4 @@
-"""``acpo-study``: the ACPO study grid on the CPU testbed (console entry point ``acpo_trl.study.cli:main``).
+"""``acpo-study``: the ACPO study grid, on the CPU testbed or through a recipe (``acpo_trl.study.cli:main``).
 
     acpo-study run --out study/          the committed grid (both tasks, every registered method, upr 2/8/16,
                                          8 seeds, ACPO alpha sweep 0.5/1/3), 2 runs at a time, resumable
@@ -6,6 +6,9 @@
     acpo-study run --pilot --out DIR     1 seed of a few cells at the full settings (learning check, timing)
     acpo-study plan [--quick|--pilot]    the runs it would do and their estimated time, without running them
     acpo-study report --out DIR          table.md, learning curves and diagnostics PNGs from finished runs
+    acpo-study run --recipe R.yaml --out DIR --jobs 1
+                                         the same grid on a real model: each cell an `acpo-train` run of the
+                                         recipe R (GPU; --launcher "accelerate launch ... -m acpo_trl.train")
 
 Every option of ``run`` can narrow the grid (``--tasks``, ``--methods``, ``--uprs``, ``--seeds``, ``--alphas``,
 ``--steps``). Rerunning the same command skips the finished runs.
@@ -15,11 +18,13 @@ from __future__ import annotations
 
 import argparse
 import math
+import shlex
 import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 
+from .recipe import DEFAULT_LAUNCHER, recipe_grid
 from .runner import ALPHAS, PAPER_METHODS, UPRS, RunSpec, build_grid, estimate_seconds, is_done, quick_grid, run_grid, work
 
 # Wall seconds per optimizer step of one run while another runs beside it (2 cores, one torch thread each),
@@ -29,7 +34,14 @@ SECONDS_PER_STEP = {"add1": {2: 0.42, 8: 0.42, 16: 0.40}, "add2": {2: 0.28, 8: 0
 PILOT_METHODS = ("acpo", "dapo", "cispo")
 
 
-def _specs(args) -> list[RunSpec]:
+def _specs(args) -> list:
+    if args.recipe:
+        if args.quick or args.pilot or args.tasks:
+            raise SystemExit("--recipe: the recipe sets the model and task; drop --quick/--pilot/--tasks.")
+        return recipe_grid(args.recipe, methods=args.methods or PAPER_METHODS, uprs=args.uprs or UPRS,
+                           seeds=range(args.seeds or 8), alphas=ALPHAS if args.alphas is None else args.alphas,
+                           steps=args.steps, eval_steps=args.eval_steps,
+                           launcher=tuple(shlex.split(args.launcher)) if args.launcher else DEFAULT_LAUNCHER)
     if args.quick:
         return quick_grid()
     base = RunSpec()
@@ -43,7 +55,9 @@ def _specs(args) -> list[RunSpec]:
                       seeds=range(args.seeds or 8), alphas=ALPHAS if args.alphas is None else args.alphas, base=base)
 
 
-def _estimate(specs: list[RunSpec], jobs: int) -> float:
+def _estimate(specs: list, jobs: int) -> float:
+    if any(not isinstance(s, RunSpec) for s in specs):
+        return math.nan  # a recipe's run time depends on the model and the hardware
     return sum(estimate_seconds([s], SECONDS_PER_STEP.get(s.task, SECONDS_PER_STEP["add2"]), jobs=jobs) for s in specs)
 
 
@@ -111,7 +125,13 @@ def build_parser() -> argparse.ArgumentParser:
         mode = p.add_mutually_exclusive_group()
         mode.add_argument("--quick", action="store_true")
         mode.add_argument("--pilot", action="store_true")
-        p.add_argument("--jobs", type=int, default=2, help="worker processes (0: run in this process)")
+        p.add_argument("--jobs", type=int, default=None,
+                       help="worker processes (0: run in this process; default 2 on the testbed, 1 with --recipe)")
+        p.add_argument("--recipe", type=Path, default=None,
+                       help="an acpo-train YAML: each cell is an acpo-train run of it (real model, GPU)")
+        p.add_argument("--launcher", default=None,
+                       help="--recipe: the command that runs acpo-train (default: python -m acpo_trl.train)")
+        p.add_argument("--eval-steps", type=int, default=50, help="--recipe: held-out evaluation every N steps")
         p.add_argument("--tasks", nargs="+", default=None)
         p.add_argument("--methods", nargs="+", default=None,
                        help=f"policy losses (default {' '.join(PAPER_METHODS)}; 'all': every registered one)")
@@ -144,11 +164,16 @@ def main(argv: list[str] | None = None) -> int:
         print(report(args.out, args.plots))
         return 0
     specs = _specs(args)
+    if args.jobs is None:
+        args.jobs = 1 if args.recipe else 2
     cache = args.cache or args.out / "warmups"
     todo = [s for s in specs if not is_done(s, args.out)]
     estimate = _estimate(todo, args.jobs)
-    print(f"{len(specs)} runs ({len(todo)} to do); estimated {estimate / 3600:.2f} h with {args.jobs} jobs "
-          f"(+ warm-ups, ~3-5 min each)", flush=True)
+    if math.isnan(estimate):
+        print(f"{len(specs)} runs ({len(todo)} to do) of {args.recipe}, {args.jobs} at a time", flush=True)
+    else:
+        print(f"{len(specs)} runs ({len(todo)} to do); estimated {estimate / 3600:.2f} h with {args.jobs} jobs "
+              f"(+ warm-ups, ~3-5 min each)", flush=True)
     if args.command == "plan":
         return 0
     args.out.mkdir(parents=True, exist_ok=True)

@@ -17,6 +17,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from .recipe import RecipeRunSpec, run_recipe
 from .testbed import WarmupSpec, evaluate, load_warm_model, rl_dataset, task_problems, warm_up
 
 
@@ -123,6 +124,13 @@ def run_one(spec: RunSpec, out_dir: str | Path, cache_dir: str | Path) -> dict:
     trainer.train()
     if trainer.state.global_step != spec.steps:
         raise RuntimeError(f"{spec.run_id}: trained {trainer.state.global_step} of {spec.steps} steps.")
+    return write_result(spec, run_dir, evals, start, torch_threads=torch.get_num_threads())
+
+
+def write_result(spec, run_dir: Path, evals: list[dict], start: float, **extra) -> dict:
+    """Summarize a finished run (its ``metrics.jsonl`` and held-out ``evals``: ``{"step", "sampled", ...}`` from
+    step 0 to the end) into ``result.json``, written last and atomically; returns the result. Shared by the
+    testbed runs and the recipe runs (:mod:`.recipe`), so that one table reads both."""
     entries = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     rewards = [(e["step"], e["reward"]) for e in entries if isinstance(e.get("reward"), (int, float))]
     last = evals[-spec.last_evals:]
@@ -133,15 +141,15 @@ def run_one(spec: RunSpec, out_dir: str | Path, cache_dir: str | Path) -> dict:
         "run_id": spec.run_id,
         "variant": spec.variant,
         "final_sampled": evals[-1]["sampled"],
-        "final_greedy": evals[-1]["greedy"],
+        "final_greedy": evals[-1].get("greedy"),
         "last_evals_mean": sum(e["sampled"] for e in last) / len(last),
         "start_sampled": evals[0]["sampled"],
-        "collapsed": collapsed(rewards, spec.steps),
+        "collapsed": collapsed(rewards, evals[-1]["step"]),
         "mean_angle_deg": sum(angles) / len(angles) if angles else None,
         "evals": evals,
         "rewards": rewards,
         "seconds": time.time() - start,
-        "torch_threads": torch.get_num_threads(),
+        **extra,
     }
     tmp = run_dir / "result.json.tmp"
     tmp.write_text(json.dumps(result, indent=1))
@@ -170,6 +178,11 @@ def summarize_diagnostics(entries: list[dict]) -> dict:
             "grad": {k[5:]: v for k, v in means.items() if not k.split("/")[1].startswith("k")}}
 
 
+def spec_from_json(data: dict) -> "RunSpec | RecipeRunSpec":
+    """A queued spec: a recipe cell when it names a recipe, else a testbed run."""
+    return RecipeRunSpec.from_json(data) if "recipe" in data else RunSpec.from_json(data)
+
+
 def is_done(spec: RunSpec, out_dir: str | Path) -> bool:
     return (Path(out_dir) / "runs" / spec.run_id / "result.json").exists()
 
@@ -191,7 +204,7 @@ def work(queue_file: str | Path, out_dir: str | Path, cache_dir: str | Path, ses
     import traceback
 
     out_dir = Path(out_dir)
-    specs = [RunSpec.from_json(d) for d in json.loads(Path(queue_file).read_text())]
+    specs = [spec_from_json(d) for d in json.loads(Path(queue_file).read_text())]
     for spec in specs:
         if is_done(spec, out_dir) or not _claim(spec, out_dir, session):
             continue
@@ -199,14 +212,18 @@ def work(queue_file: str | Path, out_dir: str | Path, cache_dir: str | Path, ses
         error = out_dir / "runs" / spec.run_id / "error.txt"
         error.unlink(missing_ok=True)
         try:
-            run_one(spec, out_dir, cache_dir)
+            if isinstance(spec, RunSpec):
+                run_one(spec, out_dir, cache_dir)
+            else:
+                run_recipe(spec, out_dir)
             log(f"{spec.run_id} done in {time.time() - started:.0f} s")
         except Exception:  # noqa: BLE001 - one failed run must not stop the grid
             error.write_text(traceback.format_exc())
             log(f"{spec.run_id} FAILED after {time.time() - started:.0f} s (see {error})")
 
 
-def run_grid(specs: list[RunSpec], out_dir: str | Path, cache_dir: str | Path, jobs: int = 2, log=print) -> list[str]:
+def run_grid(specs: list[RunSpec] | list[RecipeRunSpec], out_dir: str | Path, cache_dir: str | Path, jobs: int = 2,
+             log=print) -> list[str]:
     """Run every unfinished spec with ``jobs`` worker processes (one torch thread each; each worker runs many
     runs, so the ~10-30 s import of TRL is paid once per worker, not per run); ``jobs=0`` runs them in this
     process. Warm-ups are trained first, once per distinct :class:`WarmupSpec`. Returns the run ids that did not
@@ -217,8 +234,9 @@ def run_grid(specs: list[RunSpec], out_dir: str | Path, cache_dir: str | Path, j
     todo = [s for s in specs if not is_done(s, out_dir)]
     log(f"{len(specs)} runs, {len(specs) - len(todo)} already finished, {len(todo)} to run, {max(jobs, 1)} at a time")
     if todo:
-        torch.set_num_threads(1)  # two threads on a shared, oversubscribed 2-core machine were slower than one
-        for warm in sorted({s.warmup for s in todo}, key=lambda w: w.key()):
+        if any(isinstance(s, RunSpec) for s in todo):
+            torch.set_num_threads(1)  # two threads on a shared, oversubscribed 2-core machine were slower than one
+        for warm in sorted({s.warmup for s in todo if isinstance(s, RunSpec)}, key=lambda w: w.key()):
             warm_up(warm, cache_dir, log=log)
         session = f"{os.getpid()}-{time.time_ns()}"
         work_dir = out_dir / "workers"
@@ -228,8 +246,9 @@ def run_grid(specs: list[RunSpec], out_dir: str | Path, cache_dir: str | Path, j
         if jobs == 0:
             work(queue_file, out_dir, cache_dir, session, log=log)
         else:
-            env = dict(os.environ, OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false",
-                       HF_HUB_OFFLINE="1", PYTHONUNBUFFERED="1")
+            env = dict(os.environ, PYTHONUNBUFFERED="1")
+            if any(isinstance(s, RunSpec) for s in todo):  # the testbed: one thread per run, nothing to download
+                env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1")
             procs = []
             for i in range(jobs):
                 logfile = open(work_dir / f"worker{i}.log", "a")

@@ -1,0 +1,154 @@
+"""The study on a real model: each cell of the grid is one ``acpo-train`` run of a recipe YAML.
+
+    acpo-study run --recipe configs/study/qwen2.5-0.5b-instruct_countdown.yaml --out study_gpu/ \\
+        --methods acpo dapo cispo --uprs 2 8 16 --seeds 3 --jobs 1
+
+A cell changes only what the study varies, on the command line of ``acpo-train``: ``--policy_loss``,
+``--steps_per_generation`` (= updates per rollout x the recipe's ``gradient_accumulation_steps``), ``--seed``,
+``--acpo_alpha`` for the alpha sweep, ``--output_dir`` (the run's folder), and switches on the report (held-out
+avg@k before, every ``eval_steps`` and after training) and the diagnostics. Everything else (model, task, batch,
+learning rate, vLLM, ...) is the recipe's. The run's ``metrics.jsonl`` and ``eval_before_after.json`` become the
+same ``result.json`` as a testbed run, so ``acpo-study report`` writes the same table and plots.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+DEFAULT_LAUNCHER = (sys.executable, "-m", "acpo_trl.train")
+
+
+@dataclass(frozen=True)
+class RecipeRunSpec:
+    """One cell of a recipe study: ``recipe`` (an ``acpo-train`` YAML) with the study's overrides."""
+
+    recipe: str
+    method: str = "acpo"
+    upr: int = 2  # optimizer updates per rollout
+    seed: int = 0
+    alpha: float | None = None
+    steps: int | None = None  # None: the recipe's max_steps
+    eval_steps: int = 50  # held-out evaluation every N optimizer steps (plus before and after training)
+    last_evals: int = 3
+    grad_every: int = 10  # gradient diagnostics every N optimizer steps (0: off)
+    launcher: tuple[str, ...] = field(default=DEFAULT_LAUNCHER)
+
+    def __post_init__(self):
+        config = self.config
+        if not isinstance(config, dict) or "model_name_or_path" not in config:
+            raise ValueError(f"--recipe {self.recipe}: not an acpo-train recipe (no `model_name_or_path`).")
+        if self.steps is None and not config.get("max_steps"):
+            raise ValueError(f"--recipe {self.recipe}: set `max_steps` in the recipe or pass --steps.")
+
+    @property
+    def config(self) -> dict:
+        return yaml.safe_load(Path(self.recipe).read_text())
+
+    @property
+    def task(self) -> str:
+        """The table's task label: the recipe's file name."""
+        return Path(self.recipe).stem
+
+    @property
+    def num_steps(self) -> int:
+        return self.steps or int(self.config["max_steps"])
+
+    @property
+    def variant(self) -> str:
+        return self.method if self.alpha is None else f"{self.method}(alpha={self.alpha:g})"
+
+    @property
+    def run_id(self) -> str:
+        alpha = "" if self.alpha is None else f"-alpha{self.alpha:g}"
+        return f"{self.task}/{self.method}{alpha}/upr{self.upr}/seed{self.seed}"
+
+    def to_json(self) -> dict:
+        # "steps" is the trained length (the collapse rule and the table read it); the override is "steps_arg"
+        data = {**asdict(self), "launcher": list(self.launcher), "task": self.task, "steps_arg": self.steps}
+        data["steps"] = self.num_steps
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict) -> "RecipeRunSpec":
+        data = {k: v for k, v in data.items() if k not in ("task", "steps")}
+        data["steps"] = data.pop("steps_arg")
+        data["launcher"] = tuple(data["launcher"])
+        return cls(**data)
+
+    def command(self, run_dir: Path) -> list[str]:
+        """The ``acpo-train`` command line of this cell."""
+        accumulation = int(self.config.get("gradient_accumulation_steps", 1))
+        args = [
+            "--config", self.recipe, "--output_dir", str(run_dir), "--policy_loss", self.method,
+            "--steps_per_generation", str(self.upr * accumulation), "--seed", str(self.seed),
+            "--report", "true", "--report_eval_steps", str(self.eval_steps), "--logging_steps", "1",
+            "--diagnostics", "true", "--diagnostics_grad_every", str(self.grad_every),
+            "--save_strategy", "no", "--push_to_hub", "false",
+        ]
+        if self.steps is not None:
+            args += ["--max_steps", str(self.steps)]
+        if self.alpha is not None:
+            args += ["--acpo_alpha", str(self.alpha)]
+        return [*self.launcher, *args]
+
+
+def _avg_key(metrics: dict) -> str:
+    keys = [k for k in metrics if k.startswith("eval/") and "/avg@" in k and not k.startswith("eval/macro/")]
+    if len(keys) != 1:
+        raise RuntimeError(f"expected one held-out avg@k metric in the report, found {sorted(metrics)}")
+    return keys[0]
+
+
+def read_evals(run_dir: Path, steps: int) -> list[dict]:
+    """Held-out sampled accuracy (avg@k) over training from an ``acpo-train --report`` output folder: before
+    training (step 0), every ``eval_steps`` (``metrics.jsonl``) and after training (step ``steps``)."""
+    before_after = json.loads((run_dir / "eval_before_after.json").read_text())
+    key = _avg_key(before_after["after"])
+    evals = {0: before_after["before"][key]}
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        entry = json.loads(line) if line.strip() else {}
+        if isinstance(entry.get(key), (int, float)):
+            evals[entry["step"]] = entry[key]
+    evals[steps] = before_after["after"][key]
+    return [{"step": step, "sampled": value} for step, value in sorted(evals.items())]
+
+
+def run_recipe(spec: RecipeRunSpec, out_dir: str | Path) -> dict:
+    """Run one cell (``acpo-train`` in a child process, output in ``log.txt``) and write its ``result.json``."""
+    from .runner import write_result
+
+    run_dir = Path(out_dir) / "runs" / spec.run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    for stale in ("metrics.jsonl", "result.json", "error.txt", "eval_before_after.json"):
+        (run_dir / stale).unlink(missing_ok=True)
+    (run_dir / "spec.json").write_text(json.dumps(spec.to_json(), indent=1))
+    command = spec.command(run_dir)
+    start = time.time()
+    with open(run_dir / "log.txt", "w") as log:
+        log.write(shlex.join(command) + "\n")
+        log.flush()
+        code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
+    if code != 0:
+        tail = (run_dir / "log.txt").read_text()[-3000:]
+        raise RuntimeError(f"{spec.run_id}: acpo-train exited with {code}:\n{tail}")
+    return write_result(spec, run_dir, read_evals(run_dir, spec.num_steps), start, command=shlex.join(command))
+
+
+def recipe_grid(recipe: str, methods, uprs, seeds, alphas, steps: int | None = None, eval_steps: int = 50,
+                grad_every: int = 10, launcher: tuple[str, ...] = DEFAULT_LAUNCHER) -> list[RecipeRunSpec]:
+    """methods x uprs x seeds, plus ACPO at each alpha of ``alphas``; seed-major like the testbed grid."""
+    base = dict(recipe=str(recipe), steps=steps, eval_steps=eval_steps, grad_every=grad_every, launcher=launcher)
+    specs = []
+    for seed in seeds:
+        for upr in uprs:
+            specs += [RecipeRunSpec(method=m, upr=upr, seed=seed, **base) for m in methods]
+            specs += [RecipeRunSpec(method="acpo", upr=upr, seed=seed, alpha=a, **base) for a in alphas]
+    return specs
