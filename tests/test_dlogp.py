@@ -243,6 +243,24 @@ def test_decode_config_errors_name_the_field():
             DecodeConfig(**kwargs)
 
 
+def test_run_settings_derive_each_methods_decoding_from_one_config():
+    from acpo_trl.dlogp.runs import RunSettings
+
+    settings = RunSettings()  # the paper's protocol
+    assert (settings.decode.top_p, settings.decode.temperature, settings.decode.tau) == (0.7, 1.0, -0.3)
+    assert settings.decode_config("replace") == settings.decode_config("base") == DecodeConfig(
+        top_p=0.7, max_new_tokens=1024)  # gamma 0: the RL distribution at selected positions
+    assert settings.decode_config("extrapolate").gamma == 0.1
+    nonselective = settings.decode_config("nonselective")
+    assert (nonselective.driver, nonselective.criterion, nonselective.gamma) == ("rl", "all", 0.1)
+    with pytest.raises(ValueError, match="methods must be taken from"):
+        settings.decode_config("beam")
+    with pytest.raises(ValueError, match="RunSettings.decode.driver"):
+        RunSettings(decode=DecodeConfig(criterion="all", driver="rl"))
+    with pytest.raises(ValueError, match="k=0"):
+        RunSettings(k=0)
+
+
 def test_eos_ids_follow_the_tokenizer_and_generation_config(pair):
     base, _, _, tokenizer, _ = pair
     base.generation_config.eos_token_id = [tokenizer.eos_token_id, 1]

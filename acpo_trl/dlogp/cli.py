@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from .decoding import DecodeConfig
 from .runs import METHODS, RunSettings
 from .selection import CRITERIA
 
@@ -61,17 +62,10 @@ def make_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _settings(args, **extra) -> RunSettings:
-    return RunSettings(
-        top_k=args.top_k,
-        temperature=args.temperature,
-        top_p=args.top_p,
-        max_new_tokens=args.max_new_tokens,
-        k=args.k,
-        batch_size=args.batch_size,
-        seed=args.seed,
-        **extra,
-    )
+def _settings(args, **selection) -> RunSettings:
+    decode = DecodeConfig(top_k=args.top_k, temperature=args.temperature, top_p=args.top_p,
+                          max_new_tokens=args.max_new_tokens, **selection)
+    return RunSettings(decode=decode, k=args.k, batch_size=args.batch_size, seed=args.seed)
 
 
 def _benchmark(args):

@@ -12,7 +12,7 @@ Methods (Huang et al. 2026, §3-4), all with the same seeds on the same problems
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Sequence
 
@@ -25,24 +25,25 @@ METHODS = ("base", "rl", "replace", "extrapolate", "nonselective")
 OFFLINE = "offline"
 
 
+def _paper_decode() -> DecodeConfig:
+    return DecodeConfig(gamma=0.1, top_p=0.7, max_new_tokens=1024)
+
+
 @dataclass(frozen=True)
 class RunSettings:
-    """Sampling (T, top-p as in the paper's protocol: T = 1, top-p = 0.7), selection and batching of a run."""
+    """A comparison run: the decoding settings shared by every method (``decode``: the paper's protocol, T = 1,
+    top-p = 0.7, top-k 50, τ = −0.3; its ``gamma`` is the strength of ``extrapolate`` and ``nonselective``) and
+    the sampling protocol (``k`` samples per problem, ``batch_size``, ``seed``)."""
 
-    criterion: str = "dlogp"
-    tau: float = -0.3
-    gamma: float = 0.1
-    top_k: int = 50
-    temperature: float = 1.0
-    top_p: float = 0.7
-    max_new_tokens: int = 1024
-    emulate_top_k: bool = False
+    decode: DecodeConfig = field(default_factory=_paper_decode)
     k: int = 4
     batch_size: int = 8
     seed: int = 0
 
     def __post_init__(self):
-        self.decode_config("replace")  # validates the decoding fields
+        if self.decode.driver != "base":
+            raise ValueError("RunSettings.decode.driver: the method chooses the driver (`nonselective` is the "
+                             "RL-driven one); leave driver='base'.")
         if self.k < 1 or self.batch_size < 1:
             raise ValueError(f"k={self.k} and batch_size={self.batch_size} must both be >= 1.")
 
@@ -50,21 +51,11 @@ class RunSettings:
         """The two-model settings of ``method`` (``base`` and ``rl`` decode one model with the same T and top-p)."""
         if method not in METHODS:
             raise ValueError(f"Unknown method {method!r}: methods must be taken from {METHODS}.")
-        config = DecodeConfig(
-            criterion=self.criterion,
-            tau=self.tau,
-            gamma=0.0,
-            top_k=self.top_k,
-            temperature=self.temperature,
-            top_p=self.top_p,
-            max_new_tokens=self.max_new_tokens,
-            emulate_top_k=self.emulate_top_k,
-        )
         if method == "extrapolate":
-            return replace(config, gamma=self.gamma)
+            return self.decode
         if method == "nonselective":
-            return replace(config, gamma=self.gamma, criterion="all", driver="rl")
-        return config
+            return replace(self.decode, criterion="all", driver="rl")
+        return replace(self.decode, gamma=0.0)
 
 
 def load_pair(base: str, rl: str, dtype: str = "auto", device: str | None = None):
