@@ -50,6 +50,24 @@ def test_table_means_drops_ranks_and_collapses():
     assert "1/2" in text and "Without the collapsed runs" in text and "+25.0%" in text
 
 
+def test_drop_interval_and_the_across_tasks_summary():
+    from acpo_trl.study.table import drop_interval, summarize, write_table
+
+    lo, hi = drop_interval([0.8, 0.82, 0.78, 0.8], [0.4, 0.6, 0.5, 0.5])
+    assert 0.25 < lo < 0.375 < hi < 0.5  # the point estimate 0.375 lies inside
+    assert drop_interval([0.8, 0.8], [0.8, 0.8]) == (0.0, 0.0)
+    assert all(x != x for x in drop_interval([0.8], [0.5, 0.6]))  # one seed: no interval (nan)
+    results = [_result(task, v, upr, s, acc) for task in ("add1", "add2") for s in range(3)
+               for v, upr, acc in (("acpo", 2, 0.8), ("acpo", 16, 0.4), ("dapo", 2, 0.7), ("dapo", 16, 0.7))]
+    summary = summarize(results)
+    assert summary["add1"]["rows"]["acpo"]["drop_ci"][16] == pytest.approx((0.5, 0.5))
+    text = write_table(results)
+    assert "### All tasks" in text and "+50.0% [+50, +50]" in text
+    overall = text[text.index("### All tasks"):]
+    assert "| `acpo` | 4 | 1.50 | +50.0% | +50.0% | +50.0% |" in overall
+    assert "| `dapo` | 4 | 1.50 | +0.0% | +0.0% | +0.0% |" in overall
+
+
 def test_collapse_rule():
     from acpo_trl.study.runner import collapsed
 

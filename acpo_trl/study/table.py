@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import math
+import random
 from collections import defaultdict
 from pathlib import Path
 
@@ -54,7 +55,7 @@ def summarize(results: list[dict], exclude_collapsed: bool = False) -> dict:
                 final = _mean_sd([r["final_sampled"] for r in kept])
                 last = _mean_sd([r["last_evals_mean"] for r in kept])
                 row["regimes"][upr] = {
-                    "n": len(kept), "final": final, "last": last,
+                    "n": len(kept), "final": final, "last": last, "values": [r["final_sampled"] for r in kept],
                     "collapsed": sum(r["collapsed"] for r in runs), "runs": len(runs),
                     "below_start": sum(r["final_sampled"] < r["start_sampled"] for r in runs),
                     "start": _mean_sd([r["start_sampled"] for r in runs])[0],
@@ -63,6 +64,8 @@ def summarize(results: list[dict], exclude_collapsed: bool = False) -> dict:
             near = row["regimes"][uprs[0]]["final"][0] if uprs else math.nan
             row["drop"] = {u: (near - row["regimes"][u]["final"][0]) / near if near and near > 0 else math.nan
                            for u in uprs[1:]}
+            row["drop_ci"] = {u: drop_interval(row["regimes"][uprs[0]]["values"], row["regimes"][u]["values"])
+                              for u in uprs[1:]}
             rows[variant] = row
         for upr in uprs:
             scored = sorted(((rows[v]["regimes"][upr]["final"][0], v) for v in variants
@@ -74,7 +77,52 @@ def summarize(results: list[dict], exclude_collapsed: bool = False) -> dict:
         for v, row in data["rows"].items():
             values = ranks.get((task, v), [])
             row["avg_rank"] = sum(values) / len(values) if values else math.nan
+            row["ranks"] = values
     return summary
+
+
+def drop_interval(near: list[float], far: list[float], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of the relative drop (mean(near) - mean(far)) / mean(near), seeds
+    resampled with replacement within each regime (deterministic: a fixed bootstrap seed)."""
+    if len(near) < 2 or len(far) < 2:
+        return math.nan, math.nan
+    rng = random.Random(seed)
+    drops = []
+    for _ in range(resamples):
+        a = sum(rng.choices(near, k=len(near))) / len(near)
+        b = sum(rng.choices(far, k=len(far))) / len(far)
+        if a > 0:
+            drops.append((a - b) / a)
+    drops.sort()
+    if not drops:
+        return math.nan, math.nan
+    return drops[int(0.025 * (len(drops) - 1))], drops[int(0.975 * (len(drops) - 1))]
+
+
+def overall_table(summary: dict) -> list[str]:
+    """Across tasks (the paper's summary): each variant's average rank over every (task, regime) configuration
+    it ran in, and its drop from the nearest-on-policy to the most off-policy regime per task."""
+    tasks = list(summary)
+    variants = sorted({v for data in summary.values() for v in data["rows"]})
+    rows = []
+    for v in variants:
+        ranks = [r for data in summary.values() for r in data["rows"].get(v, {}).get("ranks", [])]
+        drops = []
+        for task in tasks:
+            data = summary[task]
+            row = data["rows"].get(v)
+            drops.append(row["drop"].get(data["uprs"][-1], math.nan) if row and len(data["uprs"]) > 1 else math.nan)
+        rows.append((sum(ranks) / len(ranks) if ranks else math.nan, v, len(ranks), drops))
+    head = ["variant", "configurations", "avg rank"] + [f"drop, {t}" for t in tasks] + ["mean drop"]
+    lines = ["### All tasks", "", "Average rank over every (task, regime) configuration the variant ran in; drop from "
+             "the nearest-on-policy to the most off-policy regime of each task.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for rank, v, n, drops in sorted(rows, key=lambda x: (x[0], x[1])):
+        finite = [d for d in drops if math.isfinite(d)]
+        cols = [f"`{v}`", str(n), f"{rank:.2f}"] + ["–" if not math.isfinite(d) else f"{100 * d:+.1f}%" for d in drops]
+        cols.append(f"{100 * sum(finite) / len(finite):+.1f}%" if finite else "–")
+        lines.append("| " + " | ".join(cols) + " |")
+    return lines + [""]
 
 
 def _task_table(task: str, data: dict, with_collapse: bool) -> list[str]:
@@ -91,13 +139,20 @@ def _task_table(task: str, data: dict, with_collapse: bool) -> list[str]:
         cols = [f"`{v}`"]
         cols += [_fmt(*regimes[u]["final"], regimes[u]["n"]) for u in uprs]
         cols += [_fmt(*regimes[u]["last"], regimes[u]["n"]) for u in uprs]
-        cols += ["–" if math.isnan(row["drop"][u]) else f"{100 * row['drop'][u]:+.1f}%" for u in uprs[1:]]
+        cols += [_drop(row["drop"][u], row["drop_ci"][u]) for u in uprs[1:]]
         cols += [f"{row['avg_rank']:.2f}"]
         if with_collapse:
             cols += [" / ".join(f"{regimes[u]['collapsed']}/{regimes[u]['runs']}" for u in uprs)]
             cols += [" / ".join(f"{regimes[u]['below_start']}/{regimes[u]['runs']}" for u in uprs)]
         lines.append("| " + " | ".join(cols) + " |")
     return lines + [""]
+
+
+def _drop(drop: float, interval: tuple[float, float]) -> str:
+    if math.isnan(drop):
+        return "–"
+    lo, hi = interval
+    return f"{100 * drop:+.1f}%" + ("" if math.isnan(lo) else f" [{100 * lo:+.0f}, {100 * hi:+.0f}]")
 
 
 def _mean(values) -> float:
@@ -150,12 +205,15 @@ def write_table(results: list[dict], path: str | Path | None = None) -> str:
         "seeds. Drop: relative change of the mean final accuracy from the smallest to each larger number of updates "
         "per rollout (positive = worse off-policy). Avg rank: over the regimes of the task (1 = best). Collapsed: "
         "runs whose rollout reward fell to 0 and stayed there, per regime. Ended below start: runs whose final "
-        "sampled accuracy is below their step-0 accuracy (degraded without a full collapse).",
+        "sampled accuracy is below their step-0 accuracy (degraded without a full collapse). In brackets: 95% "
+        "bootstrap interval of the drop over seeds.",
         "",
     ]
     everything = summarize(results)
     for task, data in everything.items():
         lines += _task_table(task, data, with_collapse=True)
+    if len(everything) > 1:
+        lines += overall_table(everything)
     if any(r["collapsed"] for r in results):
         lines += ["## Without the collapsed runs", ""]
         for task, data in summarize(results, exclude_collapsed=True).items():
