@@ -58,6 +58,19 @@ def write_report(path: str, script_args, training_args, model_name: str, before:
     return text
 
 
+def write_diagnostics_plots(entries: list[dict], training_args) -> list[str]:
+    """``diagnostics_bins.png`` (eps, log-ratio std and clip fractions per bin against the update index k) and,
+    when the gradient check ran, ``diagnostics_gradient.png`` (angle, norm ratio, per-bin shares over training)."""
+    from .diagnostics.plots import plot_bins_vs_k, plot_gradient_diagnostics
+
+    title = f"{training_args.policy_loss}, {training_args.updates_per_rollout:g} updates per rollout"
+    out = [plot_bins_vs_k(entries, os.path.join(training_args.output_dir, "diagnostics_bins.png"), title)]
+    if any("grad/angle_deg" in e for e in entries):
+        out.append(plot_gradient_diagnostics(entries, os.path.join(training_args.output_dir,
+                                                                    "diagnostics_gradient.png"), title))
+    return out
+
+
 def run(script_args, training_args, model_args, callbacks=None):
     """Build the task and the trainer, train, save; with ``report``, evaluate before/after and write the outputs.
 
@@ -130,6 +143,8 @@ def run(script_args, training_args, model_args, callbacks=None):
                 json.dump({"before": before, "after": after}, f, indent=2)
             plot_training_curves(entries, os.path.join(training_args.output_dir, "training_curves.png"),
                                  title=f"{script_args.task}: {training_args.policy_loss}")
+            if training_args.diagnostics:
+                write_diagnostics_plots(entries, training_args)
             report = write_report(os.path.join(training_args.output_dir, "report.md"), script_args, training_args,
                                   model_args.model_name_or_path, before, after, wall_s, entries)
             print(report)

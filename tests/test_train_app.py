@@ -138,10 +138,13 @@ def test_push_without_network_fails_fast_and_clearly(tmp_path, tiny_dir, monkeyp
 @pytest.mark.slow
 def test_diagnostics_switched_on_from_the_recipe(tmp_path, tiny_dir):
     trainer = train(recipe(tmp_path, tiny_dir, max_steps=2, diagnostics=True, diagnostics_grad_every=1,
-                           diagnostics_grad_params=["model.layers.1"]))
+                           diagnostics_grad_params=["model.layers.1"], report=True))
     keys = {k for entry in trainer.state.log_history for k in entry}
     assert {"diag/k0/bin0/acpo_eps", "diag/k1/bin0/acpo_eps"} <= keys  # per update index k within a rollout
     assert any(k.startswith("grad/") and k.endswith("angle_deg") for k in keys)
+    # the report's diagnostics plots, from the run's metrics.jsonl
+    for name in ("diagnostics_bins.png", "diagnostics_gradient.png"):
+        assert (tmp_path / "out" / name).stat().st_size > 10_000
 
 
 def test_demo_recipe_is_the_offline_off_policy_run():
