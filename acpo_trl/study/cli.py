@@ -28,9 +28,9 @@ from .recipe import DEFAULT_LAUNCHER, recipe_grid
 from .runner import ALPHAS, PAPER_METHODS, UPRS, RunSpec, build_grid, estimate_seconds, is_done, quick_grid, run_grid, work
 
 # Wall seconds per optimizer step of one run while another runs beside it (2 cores, one torch thread each),
-# evaluations and diagnostics included: the 1-seed pilot of docs/RESULTS.md (add1 72-111 s per 200-step run,
-# add2 52-56 s, on a machine shared with other jobs). Used only by `plan`.
-SECONDS_PER_STEP = {"add1": {2: 0.42, 8: 0.42, 16: 0.40}, "add2": {2: 0.28, 8: 0.28, 16: 0.28}}
+# evaluations and diagnostics included, as the committed grid measured them (grid wall time x 2 jobs / runs / 200
+# steps): add1 0.255-0.279, add2 0.288 (warm-up included). Used only by `plan`.
+SECONDS_PER_STEP = {"add1": {2: 0.27, 8: 0.27, 16: 0.27}, "add2": {2: 0.29, 8: 0.29, 16: 0.29}}
 PILOT_METHODS = ("acpo", "dapo", "cispo")
 
 
