@@ -32,9 +32,14 @@ def plot_training_curves(entries: list[dict], out_png: str, title: str = "") -> 
     if bins:
         ax_eps.legend(fontsize=8)
     ax_eps.set(xlabel="optimizer step", ylabel="clip range eps_b", title="ACPO clip range per probability bin")
+    return save_figure(plt, fig, out_png, title, dpi=110)
+
+
+def save_figure(plt, fig, out_png: str, title: str = "", dpi: int = 100) -> str:
+    """Title (if any), tight layout, write ``out_png``, close the figure; returns ``out_png``."""
     if title:
         fig.suptitle(title)
     fig.tight_layout()
-    fig.savefig(out_png, dpi=110)
+    fig.savefig(out_png, dpi=dpi)
     plt.close(fig)
     return out_png

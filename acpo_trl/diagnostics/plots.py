@@ -13,6 +13,8 @@ import math
 import re
 from collections import defaultdict
 
+from ..plots import save_figure
+
 _BIN_KEY = re.compile(r"diag/k(\d+)/bin(\d+)/(.+)")
 
 
@@ -36,15 +38,6 @@ def _setup():
     return plt
 
 
-def _save(plt, fig, out_png: str, title: str) -> str:
-    if title:
-        fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(out_png, dpi=100)
-    plt.close(fig)
-    return out_png
-
-
 def plot_bins_vs_k(entries: list[dict], out_png: str, title: str = "") -> str:
     """2 x 2 panels of per-bin diagnostics against k (see the module docstring). Returns ``out_png``."""
     plt = _setup()
@@ -66,7 +59,7 @@ def plot_bins_vs_k(entries: list[dict], out_png: str, title: str = "") -> str:
         ax.set(xlabel="update index k within the rollout", title=label)
         if cells:
             ax.legend(fontsize=7)
-    return _save(plt, fig, out_png, title)
+    return save_figure(plt, fig, out_png, title)
 
 
 def plot_gradient_diagnostics(entries: list[dict], out_png: str, title: str = "") -> str:
@@ -93,4 +86,4 @@ def plot_gradient_diagnostics(entries: list[dict], out_png: str, title: str = ""
         ax.set(xlabel="optimizer step", title=f"gradient share per bin, A {'>' if sign == 'pos' else '<'} 0")
         if keys:
             ax.legend(fontsize=7)
-    return _save(plt, fig, out_png, title)
+    return save_figure(plt, fig, out_png, title)

@@ -23,11 +23,13 @@ from pathlib import Path
 
 import yaml
 
+from .cell import GridCell
+
 DEFAULT_LAUNCHER = (sys.executable, "-m", "acpo_trl.train")
 
 
 @dataclass(frozen=True)
-class RecipeRunSpec:
+class RecipeRunSpec(GridCell):
     """One cell of a recipe study: ``recipe`` (an ``acpo-train`` YAML) with the study's overrides."""
 
     recipe: str
@@ -60,15 +62,6 @@ class RecipeRunSpec:
     @property
     def num_steps(self) -> int:
         return self.steps or int(self.config["max_steps"])
-
-    @property
-    def variant(self) -> str:
-        return self.method if self.alpha is None else f"{self.method}(alpha={self.alpha:g})"
-
-    @property
-    def run_id(self) -> str:
-        alpha = "" if self.alpha is None else f"-alpha{self.alpha:g}"
-        return f"{self.task}/{self.method}{alpha}/upr{self.upr}/seed{self.seed}"
 
     def to_json(self) -> dict:
         # "steps" is the trained length (the collapse rule and the table read it); the override is "steps_arg"

@@ -17,12 +17,13 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from .cell import GridCell
 from .recipe import RecipeRunSpec, run_recipe
 from .testbed import WarmupSpec, evaluate, load_warm_model, rl_dataset, task_problems, warm_up
 
 
 @dataclass(frozen=True)
-class RunSpec:
+class RunSpec(GridCell):
     """One RL run of the study (the testbed's RL settings by default)."""
 
     task: str = "add1"
@@ -40,15 +41,6 @@ class RunSpec:
     last_evals: int = 3  # "mean of the last evaluations" averages this many
     grad_every: int = 10  # gradient diagnostics once per N optimizer steps (0: off)
     warmup: WarmupSpec = field(default_factory=WarmupSpec)
-
-    @property
-    def variant(self) -> str:
-        return self.method if self.alpha is None else f"{self.method}(alpha={self.alpha:g})"
-
-    @property
-    def run_id(self) -> str:
-        alpha = "" if self.alpha is None else f"-alpha{self.alpha:g}"
-        return f"{self.task}/{self.method}{alpha}/upr{self.upr}/seed{self.seed}"
 
     def to_json(self) -> dict:
         return asdict(self)
