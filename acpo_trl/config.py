@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from .losses import LOSS_TYPES, POLICY_LOSSES, REWEIGHTINGS
+from .losses import LOSS_TYPES, POLICY_LOSSES, BinClipRule, PolicyLoss
 
 logger = logging.getLogger(__name__)
 
@@ -23,8 +23,10 @@ class ACPOConfig(GRPOConfig):
 
     Parameters:
         policy_loss (`str`, *optional*, defaults to `"acpo"`):
-            Name of the policy loss in `acpo_trl.losses.POLICY_LOSSES`: `"acpo"` (bin-wise adaptive clipping) or
-            `"ppo_clip"` (TRL's fixed clip with `epsilon` / `epsilon_high`), and the baselines registered there.
+            Name of the policy loss in `acpo_trl.losses.POLICY_LOSSES`: `"acpo"` (bin-wise adaptive clipping),
+            `"acpo_log"` (this package's variant: the same bins, eps_b from the within-bin std of log r, log r clipped
+            to [-eps_b, eps_b], so the lower clip never vanishes; it reads the `acpo_*` fields below), `"ppo_clip"`
+            (TRL's fixed clip with `epsilon` / `epsilon_high`), and the baselines registered there.
         acpo_num_bins (`int`, *optional*, defaults to `5`):
             K, the number of equal-width bins of the CURRENT token probability on [0, 1].
         acpo_alpha (`float`, *optional*, defaults to `3.0`):
@@ -49,7 +51,8 @@ class ACPOConfig(GRPOConfig):
 
         dapo_clip_low (`float`, *optional*, defaults to `0.2`), dapo_clip_high (`float`, *optional*, defaults to `0.3`):
             `policy_loss="dapo"`: clip-higher range [1 - low, 1 + high] (0.3 as the ACPO authors ran it; the DAPO
-            paper uses 0.28).
+            paper uses 0.28). Also the range of `high_entropy` / `low_entropy` (the authors' launcher runs every
+            PPO-style baseline with 0.2 / 0.3).
         cispo_clip_max (`float`, *optional*, defaults to `1.45`):
             `policy_loss="cispo"`: the detached weight is clamp(r, 0, cispo_clip_max).
         cispo_mask (`bool`, *optional*, defaults to `True`):
@@ -58,8 +61,8 @@ class ACPOConfig(GRPOConfig):
         cispo_mask_low (`float`, *optional*, defaults to `0.8`), cispo_mask_high (`float`, *optional*, defaults to `1.3`):
             The trust region of the CISPO mask.
         entropy_token_fraction (`float`, *optional*, defaults to `0.2`):
-            `high_entropy` trains on this top fraction of each sequence's tokens by entropy, `low_entropy` on
-            the rest.
+            `high_entropy` trains on the k = max(1, int(f n)) highest-entropy tokens of each sequence of n valid
+            tokens, `low_entropy` on its k = max(1, int((1 - f) n)) lowest-entropy ones.
         ar_weight_c (`float`, *optional*, defaults to `0.3`):
             `ar_lopti`: advantage weight c p_old + 1 - c.
         lopti_prob_threshold (`float`, *optional*, defaults to `0.5`):
@@ -70,8 +73,8 @@ class ACPOConfig(GRPOConfig):
             c of the reweightings `dlogp_reweight` (w = 1 + c (1 - p_old)), `dominate` (w = c p_old + 1 - c)
             and `ppl` (w = 1 - c z).
         reweight_base_loss (`str`, *optional*, defaults to `"dapo"`):
-            The objective the reweighted advantages are fed to: any registered policy loss but the
-            reweightings themselves and `ar_lopti`.
+            The objective the reweighted advantages are fed to: any registered one-pass policy loss that is not
+            itself a reweighting.
         ppl_clamp (`bool`, *optional*, defaults to `False`):
             `ppl`: clamp the sequence weights to [0.8, 1.2].
 
@@ -141,13 +144,15 @@ class ACPOConfig(GRPOConfig):
     )
 
     def __post_init__(self):
-        if self.policy_loss == "ar_lopti" and self.num_iterations == 1:
-            # Lopti's two passes per rollout (low-probability tokens, then high) are TRL's iterations.
-            logger.info("policy_loss='ar_lopti': setting num_iterations=2 (one pass per token group).")
-            self.num_iterations = 2
+        method = self.method
+        if method.passes_per_rollout > 1 and self.num_iterations == 1:
+            # A multi-pass method (Lopti: low-probability tokens, then high) runs its passes as TRL's iterations.
+            logger.info("policy_loss=%r: setting num_iterations=%d (one pass per token group).", self.policy_loss,
+                        method.passes_per_rollout)
+            self.num_iterations = method.passes_per_rollout
         super().__post_init__()
-        self._validate()
-        if self.is_on_policy and self.policy_loss == "acpo":
+        self._validate(method)
+        if self.is_on_policy and self.policy_loss in ("acpo", "acpo_log"):
             logger.warning(
                 "ACPOConfig is on-policy: gradient_accumulation_steps (%d) is a multiple of steps_per_generation * "
                 "num_iterations (%d * %d), so the importance ratio is identically 1, every bin's std is ~0 and ACPO "
@@ -160,6 +165,14 @@ class ACPOConfig(GRPOConfig):
             )
 
     @property
+    def method(self) -> PolicyLoss:
+        """The registry entry of ``policy_loss`` (importing acpo_trl.losses registered the built-in methods)."""
+        if self.policy_loss not in POLICY_LOSSES:
+            raise ValueError(f"ACPOConfig.policy_loss={self.policy_loss!r}: unknown policy loss; choose one of "
+                             f"{sorted(POLICY_LOSSES)}.")
+        return POLICY_LOSSES[self.policy_loss]
+
+    @property
     def updates_per_rollout(self) -> float:
         """Optimizer updates per rollout batch: steps_per_generation * num_iterations / gradient_accumulation_steps."""
         return self.steps_per_generation * self.num_iterations / self.gradient_accumulation_steps
@@ -169,48 +182,25 @@ class ACPOConfig(GRPOConfig):
         """True when every micro-batch of a rollout falls in one optimizer step (TRL then skips old log-probs)."""
         return self.gradient_accumulation_steps % (self.steps_per_generation * self.num_iterations) == 0
 
-    def _validate(self) -> None:
+    def _validate(self, method: PolicyLoss) -> None:
+        """The fields every method shares, then the method's own (its registry entry's ``validate``)."""
+
         def fail(name: str, message: str) -> None:
             raise ValueError(f"ACPOConfig.{name}={getattr(self, name)!r}: {message}")
 
-        # Importing acpo_trl.losses registered the built-in methods.
-        if self.policy_loss not in POLICY_LOSSES:
-            fail("policy_loss", f"unknown policy loss; choose one of {sorted(POLICY_LOSSES)}.")
-        if not isinstance(self.acpo_num_bins, int) or self.acpo_num_bins < 1:
-            fail("acpo_num_bins", "must be an integer >= 1 (the paper uses 5).")
-        if self.acpo_alpha < 0:
-            fail("acpo_alpha", "must be >= 0 (the paper uses 3.0).")
-        if self.acpo_base_clip < 0:
-            fail("acpo_base_clip", "must be >= 0 (the paper uses 0.2).")
-        if self.acpo_clip_min < 0:
-            fail("acpo_clip_min", "must be >= 0 (the paper uses 0.0).")
-        if self.acpo_clip_max < self.acpo_clip_min:
-            fail("acpo_clip_max", f"must be >= acpo_clip_min={self.acpo_clip_min} (the paper uses 3.0).")
         if self.dual_clip_c is not None and self.dual_clip_c <= 1:
             fail("dual_clip_c", "must be > 1 (the paper uses 3.0), or None to disable the dual-clip.")
-        if self.acpo_stats_scope not in ("local", "global"):
-            fail("acpo_stats_scope", "must be 'local' (per micro-batch, as the authors) or 'global'.")
-        for name in ("dapo_clip_low", "dapo_clip_high", "ar_lopti_clip_low", "ar_lopti_clip_high", "reweight_c"):
-            if getattr(self, name) < 0:
-                fail(name, "must be >= 0.")
-        if self.cispo_clip_max <= 0:
-            fail("cispo_clip_max", "must be > 0 (the ACPO authors use 1.45).")
-        if not self.cispo_mask_low < 1 < self.cispo_mask_high:
-            fail("cispo_mask_low", f"the CISPO trust region needs cispo_mask_low < 1 < cispo_mask_high (got "
-                 f"{self.cispo_mask_low}, {self.cispo_mask_high}).")
-        if not 0 < self.entropy_token_fraction < 1:
-            fail("entropy_token_fraction", "must be in (0, 1) (the paper uses 0.2).")
-        if not 0 < self.lopti_prob_threshold < 1:
-            fail("lopti_prob_threshold", "must be in (0, 1) (the paper uses 0.5).")
-        if self.reweight_base_loss not in POLICY_LOSSES or self.reweight_base_loss in (*REWEIGHTINGS, "ar_lopti"):
-            allowed = sorted(set(POLICY_LOSSES) - {*REWEIGHTINGS, "ar_lopti"})
-            fail("reweight_base_loss", f"must be one of {allowed}.")
-        if self.policy_loss == "ar_lopti":
-            if self.num_iterations != 2:
-                fail("num_iterations", "ar_lopti makes exactly two passes per rollout; leave num_iterations at 1 or 2.")
+        passes = method.passes_per_rollout
+        if passes > 1:
+            if self.num_iterations != passes:
+                fail("num_iterations", f"{self.policy_loss} makes exactly {passes} passes per rollout; leave "
+                     f"num_iterations at 1 or {passes}.")
             if self.is_on_policy:
-                fail("gradient_accumulation_steps", "ar_lopti's second pass must come after an optimizer step: "
-                     "gradient_accumulation_steps must not be a multiple of 2 * steps_per_generation.")
+                fail("gradient_accumulation_steps", f"{self.policy_loss}'s later passes must come after an optimizer "
+                     f"step: gradient_accumulation_steps must not be a multiple of {passes} * steps_per_generation.")
+        method.validate_config(self)
+        if self.diagnostics or self.diagnostics_grad_every:
+            BinClipRule.from_config(self)  # the diagnostics report ACPO's ranges whatever the method
         if self.diagnostics_grad_every < 0:
             fail("diagnostics_grad_every", "must be >= 0 (0 turns the gradient diagnostics off).")
         if self.loss_type not in LOSS_TYPES:

@@ -1,25 +1,26 @@
 """``ACPOTrainer``: TRL's ``GRPOTrainer`` with the loss computed by a policy loss from the registry.
 
 TRL still does generation, rewards, advantages, old/reference log-probs, batching and the optimizer. This class
-only replaces the loss: it gathers the micro-batch tensors (calling TRL's ``_get_per_token_logps_and_entropies``),
-calls ``get_policy_loss(args.policy_loss)``, applies what TRL's own path applies around the policy term (vLLM
-importance-sampling correction, KL to the reference model, MoE aux loss), aggregates with ``loss_type`` and
-logs the loss's metrics with one all-reduce per micro-batch.
+only replaces the loss, in four steps (``_compute_loss``): the forward pass (TRL's
+``_get_per_token_logps_and_entropies``); the method's loss on the micro-batch tensors, with what its registry
+entry declared it needs; the terms TRL's own path adds around the policy term (vLLM importance-sampling
+correction, KL to the reference model); and the aggregation with ``loss_type`` and gradient-accumulation
+normalisation (:func:`~acpo_trl.losses.aggregate_loss`), plus the MoE aux loss. Metrics are logged with one
+all-reduce per micro-batch.
 """
 
 from __future__ import annotations
 
-import math
 import os
 import textwrap
+from typing import NamedTuple
 
 import torch
 from trl import GRPOTrainer
 
 from .config import ACPOConfig
 from .hub import HubUnreachableError, check_hub_reachable
-from .losses import PolicyLossInputs, aggregate_loss, get_policy_loss
-from .losses.registry import flatten_metrics
+from .losses import AggregatedLoss, PolicyLossInputs, aggregate_loss, reduce_metrics
 
 # Model inputs that TRL's batches may carry besides ids and masks (multimodal models), forwarded as they are.
 _EXTRA_FORWARD_KEYS = (
@@ -68,7 +69,9 @@ class ACPOTrainer(GRPOTrainer):
                 "Build one with ACPOConfig(...) (it accepts every GRPOConfig field)."
             )
         super().__init__(model, reward_funcs, args, *pargs, **kwargs)
-        self.policy_loss_fn = get_policy_loss(args.policy_loss)
+        self.method = args.method
+        self.method_needs = self.method.needs_for(args)
+        self.policy_loss_fn = self.method  # the diagnostics wrap it
         if args.diagnostics or args.diagnostics_grad_every:
             from .diagnostics import DiagnosticsConfig, attach_diagnostics
 
@@ -103,7 +106,7 @@ class ACPOTrainer(GRPOTrainer):
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
-        if self.args.policy_loss == "ppl":
+        if "logppl_z" in self.method_needs:
             output["logppl_z"] = self._group_logppl_z(output)
         return output
 
@@ -132,22 +135,27 @@ class ACPOTrainer(GRPOTrainer):
     def _all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         return self.accelerator.reduce(tensor, reduction="sum") if self.accelerator.num_processes > 1 else tensor
 
-    def _loss_normalizer(self, inputs, mode: str) -> float | torch.Tensor:
-        """What TRL divides the aggregated loss by, so gradient accumulation sums to the batch objective."""
-        if self.loss_type == "dapo":
-            # `num_items_in_batch` counts the tokens of the whole generation batch on all processes.
-            normalizer = inputs["num_items_in_batch"].clamp(min=1.0) / self.accelerator.num_processes
-            if mode == "train":
-                normalizer = normalizer * self.current_gradient_accumulation_steps / self.args.steps_per_generation
-            return normalizer
-        return self.current_gradient_accumulation_steps if mode == "train" else 1.0
-
     def _compute_loss(self, model, inputs):
         mode = "train" if self.model.training else "eval"
+        forward = self._forward(model, inputs)
+        output = self.policy_loss_fn(self._policy_loss_inputs(inputs, forward), self.args)
+        per_token_loss, metrics = self._with_trl_terms(output.per_token_loss, dict(output.metrics), inputs, forward)
+        aggregated = self._aggregate(per_token_loss, forward.mask, inputs, mode)
+        loss = aggregated.loss
+        one = torch.ones((), device=loss.device)
+        metrics["policy_loss"] = (aggregated.value, one)
+        if self.aux_loss_enabled:  # TRL scales the router's aux loss for accumulation only
+            loss = loss + self.router_aux_loss_coef * forward.aux_loss / self._accumulation_steps(mode)
+            metrics["aux_loss"] = (forward.aux_loss.detach(), one)
+        metrics["entropy"] = ((forward.entropies.detach() * forward.mask).sum(), forward.mask.sum())
+        self._log_metrics(metrics, mode)
+        return loss
+
+    def _forward(self, model, inputs) -> "_Forward":
+        """Step 1: the current policy's per-token log-probs and entropies on the completion (and the aux loss)."""
         completion_ids = inputs["completion_ids"]
         input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
         attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
-        mask = inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
         logps, entropies, aux_loss = self._get_per_token_logps_and_entropies(
             model,
             input_ids,
@@ -157,66 +165,72 @@ class ACPOTrainer(GRPOTrainer):
             compute_aux_loss=self.aux_loss_enabled,
             **{key: inputs.get(key) for key in _EXTRA_FORWARD_KEYS},
         )
-        advantages = inputs["advantages"]
-        if advantages.dim() == 1:
-            advantages = advantages.unsqueeze(1)
+        mask = inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
         old_logps = inputs.get("old_per_token_logps")
-        old_logps = logps.detach() if old_logps is None else old_logps
+        old_logps = logps.detach() if old_logps is None else old_logps  # on-policy: TRL skipped old log-probs
+        return _Forward(logps, old_logps, entropies, aux_loss, mask)
 
-        output = self.policy_loss_fn(
-            PolicyLossInputs(
-                logps=logps,
-                old_logps=old_logps,
-                advantages=advantages,
-                mask=mask,
-                entropies=entropies.detach() if entropies is not None else None,
-                logppl_z=inputs.get("logppl_z"),
-                update_pass=(self._step // self.args.steps_per_generation) % self.num_iterations,
-                all_reduce=self._all_reduce_sum,
-            ),
-            self.args,
+    def _policy_loss_inputs(self, inputs, forward: "_Forward") -> PolicyLossInputs:
+        """Step 2: the method's inputs, with what its registry entry declared it needs."""
+        advantages = inputs["advantages"]
+        needs = self.method_needs
+        return PolicyLossInputs(
+            logps=forward.logps,
+            old_logps=forward.old_logps,
+            advantages=advantages.unsqueeze(1) if advantages.dim() == 1 else advantages,
+            mask=forward.mask,
+            entropies=forward.entropies.detach() if "entropies" in needs else None,
+            logppl_z=inputs["logppl_z"] if "logppl_z" in needs else None,
+            update_pass=(self._step // self.args.steps_per_generation) % self.num_iterations
+            if "update_pass" in needs else None,
+            all_reduce=self._all_reduce_sum,
         )
-        per_token_loss = output.per_token_loss
-        metrics = dict(output.metrics)
 
+    def _with_trl_terms(self, per_token_loss, metrics: dict, inputs, forward: "_Forward"):
+        """Step 3: what TRL's own path applies around the policy term: the vLLM importance-sampling correction and
+        the KL penalty to the reference model (k3 estimator, optionally bias-corrected), as TRL computes them."""
         if self.use_vllm and self.vllm_importance_sampling_correction:
             per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]
         if self.beta != 0.0:
-            ref_logps = inputs["ref_per_token_logps"]
-            # k3 estimator of KL(pi_theta || pi_ref), as in TRL.
+            ref_logps, logps = inputs["ref_per_token_logps"], forward.logps
             per_token_kl = torch.exp(ref_logps - logps) - (ref_logps - logps) - 1
             if self.args.use_bias_correction_kl:
-                per_token_kl = per_token_kl * torch.exp(logps - old_logps)
+                per_token_kl = per_token_kl * torch.exp(logps - forward.old_logps)
             per_token_loss = per_token_loss + self.beta * per_token_kl
-            metrics["kl"] = ((per_token_kl * mask).sum().detach(), mask.sum())
+            metrics["kl"] = ((per_token_kl * forward.mask).sum().detach(), forward.mask.sum())
+        return per_token_loss, metrics
 
-        normalizer = self._loss_normalizer(inputs, mode)
-        loss = aggregate_loss(
+    def _accumulation_steps(self, mode: str) -> int:
+        return self.current_gradient_accumulation_steps if mode == "train" else 1  # no accumulation in eval
+
+    def _aggregate(self, per_token_loss, mask, inputs, mode: str) -> AggregatedLoss:
+        """Step 4: ``loss_type`` aggregation and TRL's accumulation normalisation (both in ``aggregate_loss``)."""
+        return aggregate_loss(
             per_token_loss,
             mask,
             self.loss_type,
             max_completion_length=self.max_completion_length,
-            num_items=normalizer if self.loss_type == "dapo" else None,
+            accumulation_steps=self._accumulation_steps(mode),
+            rollout_tokens=inputs.get("num_items_in_batch"),
+            micro_batches_per_rollout=self.args.steps_per_generation if mode == "train" else 1,
+            num_processes=self.accelerator.num_processes,
         )
-        one = torch.ones((), device=loss.device)
-        metrics["policy_loss"] = (loss.detach(), one)
-        if self.loss_type != "dapo":  # dapo's token count already spans the accumulation window
-            loss = loss / normalizer
-        if self.aux_loss_enabled:
-            normalizer = self.current_gradient_accumulation_steps if mode == "train" else 1.0
-            loss = loss + self.router_aux_loss_coef * aux_loss / normalizer
-            metrics["aux_loss"] = (aux_loss.detach(), one)
-        metrics["entropy"] = ((entropies.detach() * mask).sum(), mask.sum())
-        self._log_metrics(metrics, mode)
-        return loss
 
     def _log_metrics(self, metrics: dict, mode: str) -> None:
-        """Reduce every (numerator, denominator) pair over processes in one call and record num / den.
+        """Reduce every (numerator, denominator) pair over processes in one call and record num / den (NaN, which
+        TRL drops when it averages, where the denominator is 0: e.g. a bin with no token)."""
+        for name, value in reduce_metrics(metrics, self._all_reduce_sum, self.accelerator.num_processes).items():
+            self._metrics[mode][name].append(value)
 
-        An empty denominator (e.g. a bin with no token) records NaN, which TRL drops when it averages."""
-        names, rows = flatten_metrics(metrics)
-        for name, (num, den) in zip(names, self._all_reduce_sum(rows).tolist()):
-            self._metrics[mode][name].append(num / den if den > 0 else math.nan)
+
+class _Forward(NamedTuple):
+    """The forward pass of one micro-batch (``old_logps``: TRL's, or the detached current ones on-policy)."""
+
+    logps: torch.Tensor
+    old_logps: torch.Tensor
+    entropies: torch.Tensor
+    aux_loss: torch.Tensor | None
+    mask: torch.Tensor
 
 
 def acpo_card_section(args: ACPOConfig, task: str | None) -> str:

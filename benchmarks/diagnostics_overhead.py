@@ -1,6 +1,6 @@
 """Cost of the diagnostics (acpo_trl.diagnostics), printed side by side with what they are added to.
 
-1. Ratio statistics (every micro-batch): ``method_clip_masks`` + ``ratio_diagnostics`` against the ACPO loss
+1. Ratio statistics (every micro-batch): ``ratio_diagnostics`` (the clip masks come with the loss) against the ACPO loss
    itself (forward + grpo aggregation + backward) on loss-only tensors of several shapes.
 2. On the testbed's model size (tiny Qwen2, hidden 128, 2 layers; 64 completions x 40 tokens): one training
    micro-step (forward, ACPO loss, backward) against (a) the ratio statistics, (b) the gradient diagnostics on
@@ -21,8 +21,8 @@ from types import SimpleNamespace
 
 import torch
 
-from acpo_trl.diagnostics import gradient_diagnostics, method_clip_masks, ratio_diagnostics, select_parameters
-from acpo_trl.losses import PolicyLossInputs, aggregate_loss, get_policy_loss
+from acpo_trl.diagnostics import gradient_diagnostics, ratio_diagnostics, select_parameters
+from acpo_trl.losses import BinClipRule, PolicyLossInputs, aggregate_loss, get_policy_loss
 from loss_overhead import CONFIG as LOSS_CONFIG  # benchmarks/ is on sys.path when run as a script
 from loss_overhead import make_tensors as tensors  # the same loss-only tensors as the loss benchmark
 
@@ -35,16 +35,16 @@ def timed(fn) -> float:
     return time.process_time() - start
 
 
-def ratio_stats(inputs):
-    masks = method_clip_masks("acpo", inputs, CONFIG)
+def ratio_stats(inputs, masks):
+    """The per-micro-batch ratio diagnostics; ``masks`` are the clip masks the loss returned (no extra work)."""
     return ratio_diagnostics(inputs.logps, inputs.old_logps, inputs.mask, inputs.advantages,
-                             clipped_high=masks[0], clipped_low=masks[1], k=1)
+                             rule=BinClipRule.from_config(CONFIG), clipped_high=masks[0], clipped_low=masks[1], k=1)
 
 
 def loss_step(inputs):
     leaf = inputs.logps.detach().clone().requires_grad_(True)
     out = get_policy_loss("acpo")(PolicyLossInputs(leaf, inputs.old_logps, inputs.advantages, inputs.mask), CONFIG)
-    aggregate_loss(out.per_token_loss, inputs.mask, "grpo").backward()
+    aggregate_loss(out.per_token_loss, inputs.mask, "grpo").loss.backward()
 
 
 def bench(cases: dict, repeats: int) -> dict:
@@ -71,7 +71,9 @@ def main() -> None:
         b, t = (int(x) for x in shape.split("x"))
         logps, old, adv, mask = tensors(b, t)
         inputs = PolicyLossInputs(logps, old, adv, mask)
-        ms = bench({"loss": lambda: loss_step(inputs), "diag": lambda: ratio_stats(inputs)}, args.repeats)
+        out = get_policy_loss("acpo")(inputs, CONFIG)
+        masks = (out.clipped_high, out.clipped_low)
+        ms = bench({"loss": lambda: loss_step(inputs), "diag": lambda: ratio_stats(inputs, masks)}, args.repeats)
         print(f"{shape:>10} {ms['loss']:>18.2f} {ms['diag']:>12.2f} {ms['diag'] / ms['loss']:>6.2f}x")
 
     from acpo_trl.toy import build_tiny_model
@@ -92,7 +94,7 @@ def main() -> None:
     def train_step():
         logps = forward()
         out = get_policy_loss("acpo")(PolicyLossInputs(logps, old, adv, mask), CONFIG)
-        aggregate_loss(out.per_token_loss, mask, "grpo").backward()
+        aggregate_loss(out.per_token_loss, mask, "grpo").loss.backward()
         model.zero_grad(set_to_none=True)
 
     def grad_diag(patterns, per_group):
@@ -108,10 +110,12 @@ def main() -> None:
         logps = forward()
         get_policy_loss("acpo")(PolicyLossInputs(logps, old, adv, mask), CONFIG)
 
+    moved = PolicyLossInputs(old + 0.01, old, adv, mask)
+    moved_out = get_policy_loss("acpo")(moved, CONFIG)
     cases = {
         "train micro-step": train_step,
         "forward + loss (shared by the grad diag)": forward_loss,
-        "ratio stats": lambda: ratio_stats(PolicyLossInputs(old + 0.01, old, adv, mask)),
+        "ratio stats": lambda: ratio_stats(moved, (moved_out.clipped_high, moved_out.clipped_low)),
         "grad diag, all params, per-bin shares": grad_diag([], True),
         "grad diag, last block only, shares": grad_diag([r"layers\.1\."], True),
         "grad diag, all params, angle only": grad_diag([], False),

@@ -39,7 +39,7 @@ def time_loss(name: str, tensors) -> float:
     leaf = logps.clone().requires_grad_(True)
     start = time.process_time()
     out = get_policy_loss(name)(PolicyLossInputs(leaf, old_logps, advantages, mask), CONFIG)
-    loss = aggregate_loss(out.per_token_loss, mask, "grpo")
+    loss = aggregate_loss(out.per_token_loss, mask, "grpo").loss
     loss.backward()
     return time.process_time() - start
 

@@ -10,7 +10,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from acpo_trl.losses import PolicyLossInputs, flatten_metrics, get_policy_loss, top_entropy_mask
+from acpo_trl.losses import PolicyLossInputs, entropy_rank_mask, flatten_metrics, get_policy_loss
 from conftest import trainer_kwargs
 
 METHODS = ["dapo", "cispo", "high_entropy", "low_entropy", "ar_lopti", "dlogp_reweight", "dominate", "ppl"]
@@ -74,24 +74,48 @@ def test_cispo_by_hand(masked):
 
 def test_per_sequence_entropy_selection_by_hand():
     entropies = torch.tensor([[0.1, 0.9, 0.5, 0.3, 0.8, 0.2, 0.4, 0.7, 0.6, 0.05],
-                              [0.3, 0.2, 0.9, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0]])
-    mask = torch.tensor([[1.0] * 10, [1, 1, 1, 0, 0, 0, 0, 0, 0, 0]])
-    high = top_entropy_mask(entropies, mask, 0.2)
-    # Row 0: k = int(0.2 * 10) = 2 -> entropies 0.9 and 0.8 (positions 1, 4). Row 1: 3 valid tokens,
-    # k = max(1, int(0.6)) = 1 -> position 2 (0.9); padded 5.0 entries never count.
+                              [0.3, 0.2, 0.9, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0],
+                              [0.1, 0.7, 0.2, 0.6, 0.3, 0.5, 0.4, 5.0, 5.0, 5.0],
+                              [0.4, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0]])
+    mask = torch.tensor([[1.0] * 10, [1.0] * 3 + [0.0] * 7, [1.0] * 7 + [0.0] * 3, [1.0] + [0.0] * 9])
+    high = entropy_rank_mask(entropies, mask, 0.2)
+    low = entropy_rank_mask(entropies, mask, 0.8, highest=False)
+    # Row 0, n = 10: high k = int(0.2 * 10) = 2 -> 0.9 and 0.8 (positions 1, 4); low k = int(0.8 * 10) = 8, the rest.
     assert high[0].nonzero().flatten().tolist() == [1, 4]
+    assert low[0].nonzero().flatten().tolist() == [0, 2, 3, 5, 6, 7, 8, 9]
+    # Row 1, n = 3: high k = max(1, int(0.6)) = 1 -> position 2 (0.9); low k = int(2.4) = 2 -> positions 0, 1;
+    # padded 5.0 entries never count.
     assert high[1].nonzero().flatten().tolist() == [2]
+    assert low[1].nonzero().flatten().tolist() == [0, 1]
+    # Row 2, n = 7: high k = max(1, int(1.4)) = 1 -> position 1 (0.7); low k = int(5.6) = 5 -> 0.1, 0.2, 0.3, 0.4,
+    # 0.5 (positions 0, 2, 4, 6, 5): 0.6 (position 3) is in neither group, as the authors count them.
+    assert high[2].nonzero().flatten().tolist() == [1]
+    assert low[2].nonzero().flatten().tolist() == [0, 2, 4, 5, 6]
+    # Row 3, n = 1: both keep the only token.
+    assert high[3].nonzero().flatten().tolist() == [0] and low[3].nonzero().flatten().tolist() == [0]
 
-    logps = torch.full((2, 10), math.log(0.5), requires_grad=True)
-    inputs = PolicyLossInputs(logps, logps.detach(), torch.tensor([[1.0], [-1.0]]), mask, entropies=entropies)
-    for name, keep in (("high_entropy", high), ("low_entropy", ~high & mask.bool())):
+    logps = torch.full((4, 10), math.log(0.5), requires_grad=True)
+    adv = torch.tensor([[1.0], [-1.0], [1.0], [-1.0]])
+    inputs = PolicyLossInputs(logps, logps.detach(), adv, mask, entropies=entropies)
+    for name, keep in (("high_entropy", high), ("low_entropy", low)):
         out = get_policy_loss(name)(inputs, config())
         (grad,) = torch.autograd.grad((out.per_token_loss * mask).sum(), logps)
         # On-policy r = 1: kept tokens get -A, others 0.
-        expected = torch.where(keep, -torch.tensor([[1.0], [-1.0]]).expand(2, 10), torch.zeros(2, 10))
+        expected = torch.where(keep, -adv.expand(4, 10), torch.zeros(4, 10))
         torch.testing.assert_close(grad, expected)
         frac = float(out.metrics["entropy/selected_frac"][0]) / float(out.metrics["entropy/selected_frac"][1])
-        assert frac == pytest.approx(keep.sum().item() / 13)
+        assert frac == pytest.approx(keep.sum().item() / mask.sum().item())
+
+
+def test_entropy_methods_clip_at_the_authors_range():
+    # The authors' launcher runs the entropy baselines with clip 0.2 / 0.3: r = 1.25 (A > 0) is inside, r = 1.35
+    # is clipped at 1.3; one token per row, so each is its sequence's only (kept) token.
+    inputs = tokens([1.25, 1.35], [1.0, 1.0])
+    inputs.entropies = torch.ones(2, 1)
+    for name in ("high_entropy", "low_entropy"):
+        loss, grad, _ = loss_and_grad(name, inputs, config())
+        assert loss == pytest.approx([-1.25, -1.3])
+        assert grad == pytest.approx([-1.25, 0.0])
 
 
 @pytest.mark.parametrize(

@@ -42,15 +42,16 @@ def _values(metrics):
 
 
 def test_eps_and_clip_fractions_match_acpos_own_metrics():
-    from acpo_trl.diagnostics import method_clip_masks, ratio_diagnostics
-    from acpo_trl.losses import PolicyLossInputs, get_policy_loss
+    from acpo_trl.diagnostics import ratio_diagnostics
+    from acpo_trl.losses import BinClipRule, PolicyLossInputs, get_policy_loss
 
     logps, old, mask, adv = _batch()
     config = _config()
     inputs = PolicyLossInputs(logps=logps, old_logps=old, advantages=adv, mask=mask)
-    own = _values(get_policy_loss("acpo")(inputs, config).metrics)
-    high, low = method_clip_masks("acpo", inputs, config)
-    diag = _values(ratio_diagnostics(logps, old, mask, adv, clipped_high=high, clipped_low=low, k=3))
+    out = get_policy_loss("acpo")(inputs, config)
+    own = _values(out.metrics)
+    diag = _values(ratio_diagnostics(logps, old, mask, adv, rule=BinClipRule.from_config(config),
+                                     clipped_high=out.clipped_high, clipped_low=out.clipped_low, k=3))
     for b in range(5):
         assert diag[f"diag/k3/bin{b}/acpo_eps"] == pytest.approx(own[f"acpo/bin{b}/eps"], rel=1e-5, nan_ok=True)
         assert diag[f"diag/k3/bin{b}/token_frac"] == pytest.approx(own[f"acpo/bin{b}/token_frac"])
@@ -89,19 +90,21 @@ def test_log_normal_ratio_has_zero_skew_and_excess_kurtosis_and_skewed_one_does_
 
 
 @pytest.mark.parametrize("method,low,high", [("dapo", 0.2, 0.3), ("ppo_clip", 0.2, 0.2), ("ar_lopti", 0.2, 0.24),
-                                             ("dominate", 0.2, 0.3), ("cispo", 0.2, 0.3)])
-def test_method_clip_masks_follow_each_methods_range(method, low, high):
-    from acpo_trl.diagnostics import method_clip_masks
-    from acpo_trl.losses import PolicyLossInputs
+                                             ("dominate", 0.2, 0.3), ("cispo", 0.2, 0.3), ("high_entropy", 0.2, 0.3),
+                                             ("low_entropy", 0.2, 0.3)])
+def test_each_loss_returns_its_clip_masks(method, low, high):
+    """The diagnostics read the masks the loss returns: each method's own trust region (cispo: the tokens its
+    (0.8, 1.3) mask drops; a reweighting: its base objective's, here dapo)."""
+    from acpo_trl.losses import PolicyLossInputs, get_policy_loss
 
     logps, old, mask, adv = _batch(spread=0.5)
-    masks = method_clip_masks(method, PolicyLossInputs(logps=logps, old_logps=old, advantages=adv, mask=mask), _config())
+    inputs = PolicyLossInputs(logps=logps, old_logps=old, advantages=adv, mask=mask, update_pass=0,
+                              entropies=torch.rand(logps.shape), logppl_z=torch.zeros(logps.size(0)))
+    out = get_policy_loss(method)(inputs, _config(entropy_token_fraction=0.2, ar_weight_c=0.3, lopti_prob_threshold=0.5,
+                                                  ppl_clamp=False))
     r = torch.exp(logps - old)
-    if method == "cispo":
-        low, high = 0.2, 0.3  # its trust-region mask (0.8, 1.3)
-    assert torch.equal(masks[0], (r > 1 + high) & (adv > 0))
-    assert torch.equal(masks[1], (r < 1 - low) & (adv < 0))
-    assert method_clip_masks("not_a_method", PolicyLossInputs(logps, old, adv, mask), _config()) is None
+    assert torch.equal(out.clipped_high, (r > 1 + high) & (adv > 0))
+    assert torch.equal(out.clipped_low, (r < 1 - low) & (adv < 0))
 
 
 def _tiny_policy(seed=0, b=8, t=10, vocab=6, dim=5):
@@ -136,6 +139,24 @@ def test_clipping_rotates_the_gradient():
     out = get_policy_loss("dapo")(PolicyLossInputs(logps, old, adv, mask), _config())
     diag = _values(gradient_diagnostics(out.per_token_loss, logps, old, adv, mask, [weight], per_group=False))
     assert 1.0 < diag["grad/angle_deg"] < 180.0 and "grad/share/bin0/pos" not in diag
+
+
+def test_gradient_diagnostics_emit_the_same_names_whatever_the_data():
+    """All-zero advantages (a micro-batch of equal rewards) give a zero gradient: the undefined angle, norm ratio
+    and shares are still emitted, as (0, 0) pairs (missing), so processes reduce identical name lists."""
+    from acpo_trl.diagnostics import gradient_diagnostics
+    from acpo_trl.losses import PolicyLossInputs, get_policy_loss
+
+    weight, logps, adv, mask = _tiny_policy()
+    names = {}
+    for label, advantages in (("normal", adv), ("zero", torch.zeros_like(adv))):
+        out = get_policy_loss("dapo")(PolicyLossInputs(logps, logps.detach(), advantages, mask), _config())
+        names[label] = list(gradient_diagnostics(out.per_token_loss, logps, logps.detach(), advantages, mask, [weight]))
+    assert names["normal"] == names["zero"] and len(names["zero"]) == 5 + 20
+    out = get_policy_loss("dapo")(PolicyLossInputs(logps, logps.detach(), torch.zeros_like(adv), mask), _config())
+    zero = _values(gradient_diagnostics(out.per_token_loss, logps, logps.detach(), torch.zeros_like(adv), mask, [weight]))
+    assert math.isnan(zero["grad/angle_deg"]) and math.isnan(zero["grad/share/bin0/pos"])
+    assert zero["grad/norm_used"] == 0.0
 
 
 def test_update_index_and_parameter_subset():

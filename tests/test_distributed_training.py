@@ -8,6 +8,10 @@
 
 Each launch runs ``tests/scripts/record_clip_ranges.py``, which executes ``examples/train_acpo.py`` (the
 ``acpo-train`` code path) and writes, per rank, what ACPO's loss computed at each micro-step.
+
+- Metrics across processes: with every diagnostic on and one rank's advantages all zero (a zero gradient there),
+  both ranks still emit the same metric names, train to the end and log the same keys
+  (``tests/scripts/train_zero_advantage_rank.py``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import yaml
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDER = REPO / "tests" / "scripts" / "record_clip_ranges.py"
+ZERO_ADVANTAGE_RANK = REPO / "tests" / "scripts" / "train_zero_advantage_rank.py"
 DDP_CONFIG = REPO / "configs" / "accelerate" / "cpu_2proc.yaml"
 ZERO2_CPU_CONFIG = REPO / "configs" / "accelerate" / "deepspeed_zero2_cpu.yaml"
 LAUNCH_TIMEOUT_S = 300
@@ -56,10 +61,12 @@ def write_recipe(directory: Path, model_dir: str, name: str, **overrides) -> Pat
     return path
 
 
-def launch(config_file: Path, out_dir: Path, recipes: list[Path], *extra: str, env: dict | None = None) -> None:
-    """``accelerate launch`` the recorder on ``recipes`` (trained one after the other in the same processes)."""
+def launch(config_file: Path, out_dir: Path, recipes: list[Path], *extra: str, env: dict | None = None,
+           script: Path = RECORDER) -> None:
+    """``accelerate launch`` ``script`` (the recorder: on ``recipes``, trained one after the other in the same
+    processes)."""
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(config_file),
-           "--main_process_port", str(free_port()), str(RECORDER), str(out_dir)]
+           "--main_process_port", str(free_port()), str(script), str(out_dir)]
     for recipe in recipes:
         cmd += ["--config", str(recipe)]
     cmd += list(extra)
@@ -185,3 +192,16 @@ def test_deepspeed_zero2_on_cpu_matches_ddp(tmp_path, tiny_model_dir, ddp_runs):
             # Same data and seed as the DDP run: ZeRO-2's sharded optimizer gives the same trajectory.
             assert r["eps"] == pytest.approx(d["eps"], abs=1e-4)
             assert r["loss"] == pytest.approx(d["loss"], abs=1e-4)
+
+
+@pytest.mark.slow
+def test_ddp_diagnostics_with_a_zero_gradient_rank_log_the_same_keys(tmp_path, tiny_model_dir):
+    """Rank 1's advantages are all zero, so its gradient diagnostics have no angle, norm ratio or share to give;
+    it must still emit them (as missing values), or the ranks' single metric all-reduce would mismatch."""
+    launch(DDP_CONFIG, tmp_path / "records", [], tiny_model_dir, script=ZERO_ADVANTAGE_RANK)
+    ranks = [json.loads((tmp_path / "records" / f"rank{r}.json").read_text()) for r in range(2)]
+    assert [r["steps"] for r in ranks] == [4, 4]
+    assert max(ranks[1]["max_advantage"]) == 0.0 and max(ranks[0]["max_advantage"]) > 0
+    assert ranks[0]["log_keys"] == ranks[1]["log_keys"]
+    logged = set().union(*map(set, ranks[0]["log_keys"]))
+    assert {"grad/angle_deg", "grad/share/bin0/pos", "diag/k1/bin4/ratio_std"} <= logged

@@ -64,7 +64,7 @@ def test_acpo_loss_by_hand():
     assert grad[1].tolist() == pytest.approx([3.0, 1.0])
     assert grad[2, 0].item() == pytest.approx(0.0)
     # grpo aggregation: mean over rows of the token means = (-2.5 + 2 + 3) / 3.
-    assert aggregate_loss(loss, mask, "grpo").item() == pytest.approx(2.5 / 3)
+    assert aggregate_loss(loss, mask, "grpo").loss.item() == pytest.approx(2.5 / 3)
     m = scalar_metrics(out.metrics)
     assert m["acpo/bin4/eps"][0] == pytest.approx(0.2 + 3 * math.sqrt(0.0625 + 1e-8), rel=1e-6)
     assert m["acpo/bin0/eps"][0] == pytest.approx(3.0)
@@ -123,3 +123,46 @@ def test_global_scope_uses_the_all_reduce():
         PolicyLossInputs(logps, old_logps, adv, mask, all_reduce=all_reduce), acpo_args(acpo_stats_scope="global")
     )
     assert len(calls) == 2  # (count, sum) per bin, then the sum of squared deviations per bin
+
+
+def test_acpo_log_loss_by_hand():
+    """acpo_log on the hand batch: eps_b from the within-bin std of log r, r clipped to [e^-eps_b, e^eps_b].
+
+    bin 4: log r {0, log 1.5}    -> std log(1.5) / 2 = 0.20273   -> eps 0.2 + 3 * 0.20273 = 0.80820
+    bin 0: log r {log 4.5, log 0.5} -> std log(9) / 2 = 1.09861  -> eps 3.4958, clamped to 3.0: r in [0.0498, 20.09]
+    bin 2: log r {log 5}         -> std 1e-4                     -> eps 0.2003: r in [0.8185, 1.2218]
+    """
+    logps, old_logps, adv, mask = hand_batch()
+    out = get_policy_loss("acpo_log")(PolicyLossInputs(logps, old_logps, adv, mask), acpo_args())
+    loss = out.per_token_loss
+    # Row 0 (A=+1): r=1 inside -> -1; r=4.5 inside [0.0498, 20.09] -> -4.5 (ACPO's [-2, 4] clipped it at 4).
+    # Row 1 (A=-2): r=1.5 and r=0.5 inside their ranges -> 3, 1. Row 2 (A=-1): r=5 -> 5, dual-clipped to 3.
+    assert loss[0].tolist() == pytest.approx([-1.0, -4.5])
+    assert loss[1].tolist() == pytest.approx([3.0, 1.0])
+    assert loss[2, 0].item() == pytest.approx(3.0)
+    m = scalar_metrics(out.metrics)
+    assert m["acpo/bin4/std"][0] == pytest.approx(math.sqrt((math.log(1.5) / 2) ** 2 + 1e-8), rel=1e-6)
+    assert m["acpo/bin4/eps"][0] == pytest.approx(0.2 + 3 * math.sqrt((math.log(1.5) / 2) ** 2 + 1e-8), rel=1e-6)
+    assert m["acpo/bin0/eps"][0] == pytest.approx(3.0)
+    assert m["acpo/bin2/eps"][0] == pytest.approx(0.2 + 3e-4, rel=1e-4)
+    assert m["acpo/bin4/logratio_mean"] == pytest.approx((math.log(1.5) / 2, 1.0))
+    assert not out.clipped_high.any() and not out.clipped_low.any()
+
+
+def test_acpo_log_keeps_a_lower_clip_where_acpos_vanishes():
+    """One bin (p = 0.1) with ratios {0.02, 3.0}: ACPO's eps = 0.2 + 3 std(r) = 4.67 -> 3, so 1 - eps = -2 and the
+    A < 0 token at r = 0.02 is never clipped; acpo_log's eps = 0.2 + 3 std(log r) = 7.7 -> 3 keeps r >= e^-3 = 0.0498,
+    so that token is clipped (constant loss 0.0498, no gradient)."""
+    p = torch.tensor([[0.1, 0.1]])
+    r = torch.tensor([[0.02, 3.0]])
+    logps = p.log().requires_grad_(True)
+    old_logps = (p.log() - r.log()).detach()
+    adv, mask = torch.tensor([[-1.0]]), torch.ones(1, 2)
+    acpo = get_policy_loss("acpo")(PolicyLossInputs(logps, old_logps, adv, mask), acpo_args())
+    log = get_policy_loss("acpo_log")(PolicyLossInputs(logps, old_logps, adv, mask), acpo_args())
+    assert acpo.per_token_loss[0, 0].item() == pytest.approx(0.02) and not acpo.clipped_low.any()
+    assert log.per_token_loss[0, 0].item() == pytest.approx(math.exp(-3.0), rel=1e-5)
+    assert log.clipped_low.tolist() == [[True, False]]
+    (g_acpo,) = torch.autograd.grad(acpo.per_token_loss[0, 0], logps)
+    (g_log,) = torch.autograd.grad(log.per_token_loss[0, 0], logps)
+    assert g_acpo[0, 0].item() == pytest.approx(0.02) and g_log[0, 0].item() == 0.0

@@ -3,14 +3,13 @@ against the unclipped surrogate, and plots of a run's logged metrics. See ``docs
 
 from .gradients import gradient_diagnostics, select_parameters
 from .hook import DiagnosticsConfig, attach_diagnostics, gradient_step_due, update_index
-from .ratio_stats import method_clip_masks, ratio_diagnostics
+from .ratio_stats import ratio_diagnostics
 
 __all__ = [
     "DiagnosticsConfig",
     "attach_diagnostics",
     "gradient_diagnostics",
     "gradient_step_due",
-    "method_clip_masks",
     "ratio_diagnostics",
     "select_parameters",
     "update_index",

@@ -22,7 +22,6 @@ named subset, e.g. the last block, to bound it), every N optimizer steps.
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Iterable, Sequence
 
@@ -72,40 +71,39 @@ def gradient_diagnostics(
     max_len = max_completion_length or logps.size(1)
 
     def aggregate(values: torch.Tensor) -> torch.Tensor:
-        return aggregate_loss(values, mask, loss_type, max_completion_length=max_len,
-                              num_items=mask.sum().clamp(min=1.0))
+        return aggregate_loss(values, mask, loss_type, max_completion_length=max_len).loss
 
-    used = _flat_grad(aggregate(per_token_loss), params)
-    ref = _flat_grad(aggregate(-adv * importance_ratio(logps, old_logps)), params)
+    used = _flat_grad(aggregate(per_token_loss), params).double()
+    ref = _flat_grad(aggregate(-adv * importance_ratio(logps, old_logps)), params).double()
     one = torch.ones((), dtype=torch.float64, device=logps.device)
-    used_norm, ref_norm = used.norm().double(), ref.norm().double()
-    metrics: dict[str, Metric] = {}
-    if used_norm > 0 and ref_norm > 0:
-        cos = torch.clamp(torch.dot(used.double(), ref.double()) / (used_norm * ref_norm), -1.0, 1.0)
-        metrics[f"{prefix}/cos"] = (cos, one)
-        metrics[f"{prefix}/angle_deg"] = (torch.rad2deg(torch.arccos(cos)), one)
-        metrics[f"{prefix}/norm_ratio"] = (used_norm / ref_norm, one)
-    metrics[f"{prefix}/norm_used"] = (used_norm, one)
-    metrics[f"{prefix}/norm_unclipped"] = (ref_norm, one)
-    if not per_group or used_norm == 0:
+    used_norm, ref_norm = used.norm(), ref.norm()
+    # The same names whatever the data (metrics are summed over processes by name position): a value that is
+    # undefined here (a zero gradient, e.g. a micro-batch whose advantages are all 0) is the pair (0, 0), missing.
+    defined = ((used_norm > 0) & (ref_norm > 0)).double()
+    cos = torch.clamp(torch.dot(used, ref) / (used_norm * ref_norm).clamp(min=1e-300), -1.0, 1.0) * defined
+    metrics: dict[str, Metric] = {
+        f"{prefix}/cos": (cos, defined),
+        f"{prefix}/angle_deg": (torch.rad2deg(torch.arccos(cos)) * defined, defined),
+        f"{prefix}/norm_ratio": (used_norm / ref_norm.clamp(min=1e-300) * defined, defined),
+        f"{prefix}/norm_used": (used_norm, one),
+        f"{prefix}/norm_unclipped": (ref_norm, one),
+    }
+    if not per_group:
         return metrics
     with torch.no_grad():
         bins = probability_bins(logps, num_bins, mask)
         valid = mask.bool()
         signs = {"pos": (adv > 0) & valid, "neg": (adv < 0) & valid}
-    shares, norms = {}, {}
-    for b in range(num_bins):
-        for sign, selector in signs.items():
-            group = selector & (bins == b)
-            if not bool(group.any()):
-                shares[(b, sign)], norms[(b, sign)] = 0.0, 0.0
-                continue
-            g = _flat_grad(aggregate(per_token_loss * group), params).double()
-            shares[(b, sign)] = float(torch.dot(g, used.double()) / used_norm**2)
-            norms[(b, sign)] = float(g.norm())
-    norm_total = sum(norms.values()) or math.inf
-    for (b, sign), share in shares.items():
-        metrics[f"{prefix}/share/bin{b}/{sign}"] = (torch.tensor(share, dtype=torch.float64, device=logps.device), one)
-        metrics[f"{prefix}/norm_share/bin{b}/{sign}"] = (
-            torch.tensor(norms[(b, sign)] / norm_total, dtype=torch.float64, device=logps.device), one)
+    has_used = (used_norm > 0).double()
+    groups = [(b, sign, selector & (bins == b)) for b in range(num_bins) for sign, selector in signs.items()]
+    # An empty group's gradient is 0 (no backward pass needed); with a zero used gradient no share is defined
+    # (has_used = 0), so no group is differentiated.
+    grads = [_flat_grad(aggregate(per_token_loss * group), params).double() if has_used and bool(group.any())
+             else None for _, _, group in groups]
+    norms = torch.stack([g.norm() if g is not None else used_norm.new_zeros(()) for g in grads])
+    norm_total = norms.sum()
+    for (b, sign, _), g, norm in zip(groups, grads, norms):
+        share = torch.dot(g, used) / used_norm.clamp(min=1e-300) ** 2 if g is not None else used_norm.new_zeros(())
+        metrics[f"{prefix}/share/bin{b}/{sign}"] = (share * has_used, has_used)
+        metrics[f"{prefix}/norm_share/bin{b}/{sign}"] = (norm / norm_total.clamp(min=1e-300) * has_used, has_used)
     return metrics

@@ -4,7 +4,7 @@
 loss it adds, to the metrics the trainer already all-reduces and logs in one call,
 
 - every micro-batch: :func:`~acpo_trl.diagnostics.ratio_diagnostics` keyed by the update index k within the
-  rollout (``diag/k{k}/bin{b}/...``), with the method's clip masks (:func:`method_clip_masks`);
+  rollout (``diag/k{k}/bin{b}/...``), with the clip masks the method's loss returned and the run's ACPO rule;
 - once in every window of ``grad_every`` optimizer steps (at a rotating update index, see
   :func:`gradient_step_due`), on the first micro-batch of the step:
   :func:`~acpo_trl.diagnostics.gradient_diagnostics` on the parameters matching ``grad_params``; the angle and norm
@@ -17,11 +17,12 @@ The wrapper sees the method's per-token loss before the trainer adds KL / the vL
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from ..losses.acpo import BinClipRule
 from ..losses.registry import PolicyLossInputs, PolicyLossOutput
 from .gradients import gradient_diagnostics, select_parameters
-from .ratio_stats import method_clip_masks, ratio_diagnostics
+from .ratio_stats import ratio_diagnostics
 
 
 @dataclass
@@ -68,14 +69,11 @@ def attach_diagnostics(trainer, config: DiagnosticsConfig):
         metrics = dict(output.metrics)
         step = trainer._step
         ga = args.gradient_accumulation_steps
+        k = update_index(step, args.steps_per_generation, trainer.num_iterations, ga)
         if config.ratio_stats:
-            masks = method_clip_masks(run_config.policy_loss, inputs, run_config)
             metrics.update(ratio_diagnostics(
-                inputs.logps, inputs.old_logps, inputs.mask, inputs.advantages,
-                num_bins=run_config.acpo_num_bins, alpha=run_config.acpo_alpha, base=run_config.acpo_base_clip,
-                eps_min=run_config.acpo_clip_min, eps_max=run_config.acpo_clip_max,
-                clipped_high=None if masks is None else masks[0], clipped_low=None if masks is None else masks[1],
-                k=update_index(step, args.steps_per_generation, trainer.num_iterations, ga),
+                inputs.logps, inputs.old_logps, inputs.mask, inputs.advantages, rule=BinClipRule.from_config(run_config),
+                clipped_high=output.clipped_high, clipped_low=output.clipped_low, k=k,
             ))
         if config.grad_every and step % ga == 0 and gradient_step_due(step // ga, config.grad_every, updates):
             grad = gradient_diagnostics(
@@ -83,12 +81,10 @@ def attach_diagnostics(trainer, config: DiagnosticsConfig):
                 loss_type=run_config.loss_type, num_bins=run_config.acpo_num_bins,
                 max_completion_length=run_config.max_completion_length, per_group=config.grad_per_group,
             )
-            k = update_index(step, args.steps_per_generation, trainer.num_iterations, ga)
             for name in ("angle_deg", "norm_ratio"):
-                if f"grad/{name}" in grad:
-                    grad[f"grad/k{k}/{name}"] = grad[f"grad/{name}"]
+                grad[f"grad/k{k}/{name}"] = grad[f"grad/{name}"]
             metrics.update(grad)
-        return PolicyLossOutput(output.per_token_loss, metrics)
+        return replace(output, metrics=metrics)
 
     trainer.policy_loss_fn = with_diagnostics
     return trainer

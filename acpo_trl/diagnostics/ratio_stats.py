@@ -1,8 +1,8 @@
 """Per update index and per probability bin statistics of the importance ratio, for any policy loss.
 
-Pure functions of one micro-batch's tensors (no trainer state). Tokens are binned exactly as ACPO bins them
-(``probability_bins``: the CURRENT probability, K equal-width bins), and the clip range ACPO would give each bin
-comes from ``bin_clip_range`` (not re-implemented), so runs of every method are compared on the same footing.
+Pure functions of one micro-batch's tensors (no trainer state). Tokens are binned, and the clip range ACPO would
+give each bin is computed, by the run's :class:`~acpo_trl.losses.BinClipRule` (not re-implemented), so runs of
+every method are compared on the same footing.
 
 Per bin b the metrics are (name -> (numerator, denominator), the trainer's format):
 
@@ -13,7 +13,7 @@ Per bin b the metrics are (name -> (numerator, denominator), the trainer's forma
     logratio_kurt          excess kurtosis E[(x - mu)^4] / sigma^4 - 3 (0 for a log-normal r)
     acpo_eps               eps_b = clamp(base + alpha std_b(r), min, max), what ACPO would use
     acpo_clip_frac_pos/neg fraction of the bin's A > 0 (A < 0) tokens that ACPO's eps_b would clip
-    clip_frac_pos/neg      the same for the clip masks of the method actually run (when it has any)
+    clip_frac_pos/neg      the same for the clip masks the method actually run returned (when it has any)
 
 Moments and std are computed per micro-batch (ACPO's "local" scope) and averaged over the micro-batches and
 processes where the bin holds tokens (as ``per_bin_metrics`` does for eps); skew and kurtosis need at least
@@ -24,13 +24,11 @@ at k = 0), otherwise that micro-batch does not contribute. Cost: a handful of
 
 from __future__ import annotations
 
-from typing import Callable
-
 import torch
 
-from ..losses.acpo import bin_clip_range, probability_bins
+from ..losses.acpo import BinClipRule
 from ..losses.common import LOG_RATIO_CLAMP
-from ..losses.registry import Metric, PolicyLossInputs
+from ..losses.registry import Metric
 
 MIN_TOKENS_FOR_SHAPE = 8
 MIN_STD_FOR_SHAPE = 1e-4  # below it the log-ratio is float32 round-off (as ACPO's std floor sqrt(1e-8))
@@ -48,11 +46,7 @@ def ratio_diagnostics(
     mask: torch.Tensor,
     advantages: torch.Tensor,
     *,
-    num_bins: int = 5,
-    alpha: float = 3.0,
-    base: float = 0.2,
-    eps_min: float = 0.0,
-    eps_max: float = 3.0,
+    rule: BinClipRule = BinClipRule(),
     clipped_high: torch.Tensor | None = None,
     clipped_low: torch.Tensor | None = None,
     k: int | None = None,
@@ -63,15 +57,17 @@ def ratio_diagnostics(
     Args:
         logps, old_logps, mask: ``(B, T)``; ``logps`` may carry a gradient (it is detached here).
         advantages: ``(B, 1)`` or ``(B, T)``.
-        num_bins, alpha, base, eps_min, eps_max: ACPO's bin rule (the run's ACPOConfig values).
+        rule: ACPO's bin rule (``BinClipRule.from_config`` of the run; the paper's by default), applied with this
+            micro-batch's statistics (ACPO's "local" scope).
         clipped_high, clipped_low: the method's clip masks (``(B, T)`` bool: A > 0 tokens clipped above,
-            A < 0 tokens clipped below), from :func:`method_clip_masks`; None logs no ``clip_frac_*``.
+            A < 0 tokens clipped below), as its loss returned them; None logs no ``clip_frac_*``.
         k: the update index within the rollout; metric names are ``{prefix}/k{k}/bin{b}/...`` (or
             ``{prefix}/bin{b}/...`` without it).
     """
     logps = logps.detach()
     mask = mask.detach()
-    bins = probability_bins(logps, num_bins, mask)
+    num_bins = rule.num_bins
+    bins = rule.bins(logps, mask)
     flat_bins = bins.reshape(-1)
     x = torch.clamp(logps - old_logps, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).reshape(-1).double()
     ratio = x.exp()
@@ -93,15 +89,15 @@ def ratio_diagnostics(
     skew = m3 / (m2 + _VAR_EPS) ** 1.5
     kurt = m4 / (m2 + _VAR_EPS) ** 2 - 3
 
-    stats = bin_clip_range(bins, ratio.float(), num_bins=num_bins, alpha=alpha, base=base, eps_min=eps_min,
-                           eps_max=eps_max)
-    eps_tok = torch.cat([stats.eps, stats.eps.new_zeros(1)]).index_select(0, flat_bins).view_as(logps)
+    stats = rule.stats(bins, rule.deviation(logps, old_logps))
+    eps_tok = rule.token_eps(stats, bins, torch.float64)
     ratio_2d = ratio.view_as(logps)
     adv = advantages.expand_as(logps)
     valid = mask.bool()
     pos, neg = (adv > 0) & valid, (adv < 0) & valid
-    acpo_high = (ratio_2d > 1 + eps_tok) & pos
-    acpo_low = (ratio_2d < 1 - eps_tok) & neg
+    low, high = rule.ratio_bounds(eps_tok)
+    acpo_high = (ratio_2d > high) & pos
+    acpo_low = (ratio_2d < low) & neg
 
     def count_of(selector: torch.Tensor) -> torch.Tensor:
         return per_bin(selector.reshape(-1).double())
@@ -131,46 +127,3 @@ def ratio_diagnostics(
         for name, (num, den) in columns.items():
             metrics[_key(prefix, k, b, name)] = (num[b], den[b])
     return metrics
-
-
-def _fixed_clip(low: float, high: float) -> Callable:
-    def masks(ratio, advantages):
-        return (ratio > 1 + high) & (advantages > 0), (ratio < 1 - low) & (advantages < 0)
-
-    return masks
-
-
-@torch.no_grad()
-def method_clip_masks(policy_loss: str, inputs: PolicyLossInputs, config) -> tuple[torch.Tensor, torch.Tensor] | None:
-    """The (clipped_high, clipped_low) masks of the built-in method ``policy_loss`` on ``inputs``: tokens whose
-    gradient the method's trust region removes, A > 0 above and A < 0 below. For ``cispo`` these are the tokens its
-    mask drops (none with ``cispo_mask=False``); for the reweightings, those of ``reweight_base_loss`` (the weights
-    are positive, so signs are kept); ``ar_lopti`` uses its own 0.2 / 0.24 range. None for an unknown method."""
-    from ..losses.common import importance_ratio
-
-    ratio = importance_ratio(inputs.logps.detach(), inputs.old_logps)
-    adv = inputs.advantages.expand_as(ratio)
-    if policy_loss in ("dlogp_reweight", "dominate", "ppl"):
-        policy_loss = config.reweight_base_loss
-    if policy_loss == "acpo":
-        bins = probability_bins(inputs.logps, config.acpo_num_bins, inputs.mask)
-        stats = bin_clip_range(
-            bins, ratio, num_bins=config.acpo_num_bins, alpha=config.acpo_alpha, base=config.acpo_base_clip,
-            eps_min=config.acpo_clip_min, eps_max=config.acpo_clip_max,
-            all_reduce=inputs.all_reduce if config.acpo_stats_scope == "global" else None,
-        )
-        eps = torch.cat([stats.eps, stats.eps.new_zeros(1)]).to(ratio.dtype).index_select(0, bins.reshape(-1))
-        eps = eps.view_as(ratio)
-        return (ratio > 1 + eps) & (adv > 0), (ratio < 1 - eps) & (adv < 0)
-    if policy_loss in ("ppo_clip", "high_entropy", "low_entropy"):
-        high = config.epsilon_high if config.epsilon_high is not None else config.epsilon
-        return _fixed_clip(config.epsilon, high)(ratio, adv)
-    if policy_loss == "dapo":
-        return _fixed_clip(config.dapo_clip_low, config.dapo_clip_high)(ratio, adv)
-    if policy_loss == "ar_lopti":
-        return _fixed_clip(config.ar_lopti_clip_low, config.ar_lopti_clip_high)(ratio, adv)
-    if policy_loss == "cispo":
-        if not config.cispo_mask:
-            return torch.zeros_like(adv, dtype=torch.bool), torch.zeros_like(adv, dtype=torch.bool)
-        return (ratio > config.cispo_mask_high) & (adv > 0), (ratio < config.cispo_mask_low) & (adv < 0)
-    return None

@@ -3,53 +3,59 @@
 Importing this package registers every built-in method.
 """
 
-from .acpo import BinStats, acpo_clip_range, acpo_loss, bin_clip_range, probability_bins, token_clip_range
-from .aggregation import LOSS_TYPES, aggregate_loss
-from .common import clipped_surrogate, importance_ratio
+from .acpo import BinClipRule, BinStats, acpo_clip_range, acpo_log_loss, acpo_loss, probability_bins
+from .aggregation import LOSS_TYPES, AggregatedLoss, aggregate_loss
 from .cispo import cispo_loss
-from .entropy import high_entropy_loss, low_entropy_loss, top_entropy_mask
+from .common import clipped_surrogate, importance_ratio
+from .entropy import entropy_rank_mask, high_entropy_loss, low_entropy_loss
 from .lopti import ar_lopti_loss
 from .ppo import dapo_loss, fixed_clip_loss, ppo_clip_loss
-from .reweight import REWEIGHTINGS, dlogp_reweight_loss, dlogp_weights, dominate_loss, dominate_weights, ppl_loss, ppl_weights
 from .registry import (
+    NEEDS,
     POLICY_LOSSES,
+    PolicyLoss,
     PolicyLossInputs,
     PolicyLossOutput,
     flatten_metrics,
     get_policy_loss,
+    reduce_metrics,
     register_policy_loss,
 )
+from .reweight import dlogp_reweight_loss, dlogp_weights, dominate_loss, dominate_weights, ppl_loss, ppl_weights
 
 __all__ = [
-    "BinStats",
     "LOSS_TYPES",
+    "NEEDS",
     "POLICY_LOSSES",
-    "REWEIGHTINGS",
+    "AggregatedLoss",
+    "BinClipRule",
+    "BinStats",
+    "PolicyLoss",
+    "PolicyLossInputs",
+    "PolicyLossOutput",
+    "acpo_clip_range",
+    "acpo_log_loss",
+    "acpo_loss",
+    "aggregate_loss",
     "ar_lopti_loss",
     "cispo_loss",
+    "clipped_surrogate",
     "dapo_loss",
     "dlogp_reweight_loss",
     "dlogp_weights",
     "dominate_loss",
     "dominate_weights",
+    "entropy_rank_mask",
     "fixed_clip_loss",
     "flatten_metrics",
+    "get_policy_loss",
     "high_entropy_loss",
+    "importance_ratio",
     "low_entropy_loss",
     "ppl_loss",
     "ppl_weights",
-    "top_entropy_mask",
-    "PolicyLossInputs",
-    "PolicyLossOutput",
-    "acpo_clip_range",
-    "acpo_loss",
-    "bin_clip_range",
-    "aggregate_loss",
-    "clipped_surrogate",
-    "get_policy_loss",
-    "importance_ratio",
     "ppo_clip_loss",
     "probability_bins",
-    "token_clip_range",
+    "reduce_metrics",
     "register_policy_loss",
 ]

@@ -1,5 +1,5 @@
 """Building blocks shared by the policy losses: the importance ratio, the clipped surrogate with
-dual-clip, and masked metric helpers."""
+dual-clip, and TRL's clip-ratio metrics."""
 
 from __future__ import annotations
 
@@ -57,12 +57,6 @@ def clipped_surrogate(
     if dual_clip_c is not None:
         loss = torch.where(advantages < 0, torch.minimum(loss, -dual_clip_c * advantages), loss)
     return ClippedSurrogate(loss, clipped_high, clipped_low)
-
-
-def masked_metric(values: torch.Tensor, mask: torch.Tensor) -> Metric:
-    """(sum of ``values`` over masked-in tokens, number of masked-in tokens): a mean once reduced."""
-    values = values.expand_as(mask)
-    return (values * mask).sum().detach(), mask.sum().detach()
 
 
 def clip_ratio_metrics(num_low: torch.Tensor, num_high: torch.Tensor, num_tokens: torch.Tensor) -> dict[str, Metric]:

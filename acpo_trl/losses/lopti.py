@@ -7,20 +7,27 @@ Low-Probability Tokens Over-Dominate in RL for LLMs"), as the ACPO authors ran i
     objective: fixed clip [1 - 0.2, 1 + 0.24] (ar_lopti_clip_low / _high), dual-clip
 
 Both passes are full update passes against the same old log-probs, so the second sees the first's movement.
-The schedule is TRL's ``num_iterations = 2`` (ACPOConfig sets it); ``PolicyLossInputs.update_pass`` says
-which pass a micro-batch belongs to. Twice the optimizer steps per rollout.
+The entry declares two passes per rollout (TRL's ``num_iterations = 2``, which ACPOConfig sets) and needs the
+update pass index. Twice the optimizer steps per rollout.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
-from .ppo import fixed_clip_loss
+from .ppo import check_non_negative, fixed_clip_loss
 from .registry import PolicyLossInputs, PolicyLossOutput, register_policy_loss
 from .reweight import dominate_weights
 
 
-@register_policy_loss("ar_lopti")
+def validate_ar_lopti(config) -> None:
+    check_non_negative(config, "ar_lopti_clip_low", "ar_lopti_clip_high")
+    if not 0 < config.lopti_prob_threshold < 1:
+        raise ValueError(f"ACPOConfig.lopti_prob_threshold={config.lopti_prob_threshold!r}: must be in (0, 1) (the "
+                         "paper uses 0.5).")
+
+
+@register_policy_loss("ar_lopti", needs={"update_pass"}, passes_per_rollout=2, validate=validate_ar_lopti)
 def ar_lopti_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
     """See the module docstring."""
     p_old = inputs.old_logps.exp()
@@ -39,4 +46,4 @@ def ar_lopti_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
     metrics["lopti/low_prob_frac"] = ((low_prob * mask).sum(), num_tokens)
     metrics["lopti/selected_frac"] = ((selected * mask).sum(), num_tokens)
     metrics["reweight/mean_weight"] = ((weights * mask).sum(), num_tokens)
-    return PolicyLossOutput(out.per_token_loss * selected, metrics)
+    return PolicyLossOutput(out.per_token_loss * selected, metrics, out.clipped_high, out.clipped_low)

@@ -21,9 +21,9 @@ from dataclasses import replace
 
 import torch
 
-from .registry import PolicyLossInputs, PolicyLossOutput, get_policy_loss, register_policy_loss
+from .ppo import check_non_negative
+from .registry import POLICY_LOSSES, PolicyLossInputs, PolicyLossOutput, get_policy_loss, register_policy_loss
 
-REWEIGHTINGS = ("dlogp_reweight", "dominate", "ppl")
 PPL_WEIGHT_RANGE = (0.8, 1.2)
 
 
@@ -43,30 +43,46 @@ def ppl_weights(logppl_z: torch.Tensor, c: float, clamp: bool) -> torch.Tensor:
     return weights.clamp(*PPL_WEIGHT_RANGE) if clamp else weights
 
 
+def validate_reweighting(config) -> None:
+    """``reweight_c`` >= 0; the base objective is a one-pass method that does not itself feed another."""
+    check_non_negative(config, "reweight_c")
+    base = POLICY_LOSSES.get(config.reweight_base_loss)
+    if base is None or base.wraps is not None or base.passes_per_rollout != 1:
+        allowed = sorted(name for name, entry in POLICY_LOSSES.items()
+                         if entry.wraps is None and entry.passes_per_rollout == 1)
+        raise ValueError(f"ACPOConfig.reweight_base_loss={config.reweight_base_loss!r}: must be one of {allowed}.")
+
+
 def reweighted_loss(inputs: PolicyLossInputs, config, weights: torch.Tensor) -> PolicyLossOutput:
-    """The ``reweight_base_loss`` objective on advantages ``weights * A``; logs the mean weight."""
+    """The ``reweight_base_loss`` objective on advantages ``weights * A``; logs the mean weight. The weights are
+    positive, so the advantage signs, and with them the base objective's clip masks, are kept."""
     weights = weights.detach()
     base = get_policy_loss(config.reweight_base_loss)
     out = base(replace(inputs, advantages=weights * inputs.advantages), config)
     mask = inputs.mask
     metrics = dict(out.metrics)
     metrics["reweight/mean_weight"] = ((weights.expand_as(mask) * mask).sum(), mask.sum())
-    return PolicyLossOutput(out.per_token_loss, metrics)
+    return PolicyLossOutput(out.per_token_loss, metrics, out.clipped_high, out.clipped_low)
 
 
-@register_policy_loss("dlogp_reweight")
+def register_reweighting(name: str, needs=()):
+    """Register a reweighting: it feeds ``reweight_base_loss`` and is validated with it."""
+    return register_policy_loss(name, needs=needs, validate=validate_reweighting, wraps="reweight_base_loss")
+
+
+@register_reweighting("dlogp_reweight")
 def dlogp_reweight_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
     """A~ = (1 + c (1 - p_old)) A, then ``reweight_base_loss``."""
     return reweighted_loss(inputs, config, dlogp_weights(inputs.old_logps.exp(), config.reweight_c))
 
 
-@register_policy_loss("dominate")
+@register_reweighting("dominate")
 def dominate_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
     """A~ = (c p_old + 1 - c) A, then ``reweight_base_loss``."""
     return reweighted_loss(inputs, config, dominate_weights(inputs.old_logps.exp(), config.reweight_c))
 
 
-@register_policy_loss("ppl")
+@register_reweighting("ppl", needs={"logppl_z"})
 def ppl_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
     """A~_i = (1 - c z_i) A_i with z_i the in-group z-score of the sequence's log-perplexity."""
     if inputs.logppl_z is None:

@@ -6,14 +6,15 @@ on every rank, what ACPO's loss computed at each micro-step.
 
 Each ``--config`` is trained in turn, in the same processes (imports and the process group are paid once). For
 each recipe, rank r writes ``OUT_DIR/<recipe stem>.rank<r>.json`` with one record per call of ACPO's
-``bin_clip_range`` (the per-bin count, std and eps the loss used, plus the eps that *local* statistics would have
+``BinClipRule.stats`` (the per-bin count, std and eps the loss used, plus the eps that *local* statistics would have
 given on the same micro-batch, with that micro-batch's count, mean and std), the per-token loss of that micro-batch (masked mean, this rank's tokens), the
-process layout, and the trainer's log history. Nothing in ``acpo_trl`` is changed: the module-level
-``bin_clip_range`` that ``acpo_loss`` calls is wrapped for the duration of the run.
+process layout, and the trainer's log history. Nothing in ``acpo_trl`` is changed: ``BinClipRule.stats``, which
+``acpo_loss`` calls, and the ``acpo`` registry entry are wrapped for the duration of the run.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import json
 import math
@@ -35,39 +36,33 @@ def main() -> None:
     configs = [sys.argv[i + 1] for i, arg in enumerate(sys.argv) if arg == "--config"]
     extra = [a for i, a in enumerate(sys.argv[2:], 2) if a != "--config" and sys.argv[i - 1] != "--config"]
 
-    import acpo_trl.losses.acpo as acpo_module
     import acpo_trl.train as train_module
-    import acpo_trl.trainer as trainer_module
+    from acpo_trl.losses import POLICY_LOSSES, BinClipRule
 
-    original_bin_clip_range = acpo_module.bin_clip_range
-    original_get_policy_loss = trainer_module.get_policy_loss
+    original_stats = BinClipRule.stats
+    original_entry = POLICY_LOSSES["acpo"]
     original_run = train_module.run
     records: list[dict] = []
     finished: list = []
 
-    def recording_bin_clip_range(bins, ratio, **kwargs):
-        stats = original_bin_clip_range(bins, ratio, **kwargs)
-        record = {"scope": "global" if kwargs.get("all_reduce") is not None else "local",
+    def recording_stats(rule, bins, x, all_reduce=None):
+        stats = original_stats(rule, bins, x, all_reduce)
+        record = {"scope": "global" if all_reduce is not None else "local",
                   "count": _floats(stats.count), "std": _floats(stats.std), "eps": _floats(stats.eps)}
-        if kwargs.get("all_reduce") is not None:  # what "local" statistics would give on this same micro-batch
-            local = original_bin_clip_range(bins, ratio, **{**kwargs, "all_reduce": None})
+        if all_reduce is not None:  # what "local" statistics would give on this same micro-batch
+            local = original_stats(rule, bins, x, None)
             record.update(local_count=_floats(local.count), local_mean=_floats(local.mean),
                           local_std=_floats(local.std), local_eps=_floats(local.eps))
         records.append(record)
         return stats
 
-    def recording_get_policy_loss(name):
-        fn = original_get_policy_loss(name)
-
-        def wrapped(inputs, config):
-            output = fn(inputs, config)
-            mask = inputs.mask
-            loss = float((output.per_token_loss.detach() * mask).sum() / mask.sum().clamp(min=1))
-            records[-1]["loss"] = loss  # the bin_clip_range record of this very call
-            records[-1]["tokens"] = float(mask.sum())
-            return output
-
-        return wrapped
+    def recording_loss(inputs, config):
+        output = original_entry.fn(inputs, config)
+        mask = inputs.mask
+        loss = float((output.per_token_loss.detach() * mask).sum() / mask.sum().clamp(min=1))
+        records[-1]["loss"] = loss  # the BinClipRule.stats record of this very call
+        records[-1]["tokens"] = float(mask.sum())
+        return output
 
     def recording_run(*args, **kwargs):
         trainer = original_run(*args, **kwargs)
@@ -80,8 +75,8 @@ def main() -> None:
         # (`import deepspeed.comm.torch as m` would bind the real torch: deepspeed.comm re-exports it.)
         ds_comm_torch = importlib.import_module("deepspeed.comm.torch")
         ds_comm_torch.build_shm_op = lambda: None
-    acpo_module.bin_clip_range = recording_bin_clip_range
-    trainer_module.get_policy_loss = recording_get_policy_loss
+    BinClipRule.stats = recording_stats
+    POLICY_LOSSES["acpo"] = dataclasses.replace(original_entry, fn=recording_loss)
     train_module.run = recording_run  # examples/train_acpo.py -> acpo_trl.train.main -> run
     try:
         for config in configs:
@@ -112,8 +107,8 @@ def main() -> None:
             path.write_text(json.dumps(result))
             trainer.accelerator.wait_for_everyone()
     finally:
-        acpo_module.bin_clip_range = original_bin_clip_range
-        trainer_module.get_policy_loss = original_get_policy_loss
+        BinClipRule.stats = original_stats
+        POLICY_LOSSES["acpo"] = original_entry
         train_module.run = original_run
 
 
