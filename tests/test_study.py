@@ -185,3 +185,40 @@ def test_recipe_study_runs_acpo_train_per_cell_and_reports(tmp_path, tiny_dir, c
     capsys.readouterr()
     assert main([*argv, "--no-report"]) == 0  # resumable: every cell is finished
     assert "0 to run" in capsys.readouterr().out
+
+
+@pytest.mark.slow
+def test_drift_command_measures_ratio_dispersion_per_update_and_bin(tmp_path, tiny_dir, capsys):
+    """``acpo-study drift`` on a recipe (the tiny model here): per learning rate, per k and bin, JSON + table + PNG;
+    the first update of a rollout is on-policy (ratio std ~0, eps = base) and a larger lr drifts more."""
+    import yaml
+
+    from acpo_trl.study.cli import main
+
+    recipe = tmp_path / "toy_recipe.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "model_name_or_path": tiny_dir, "task": "toy", "num_train_tasks": 64, "use_cpu": True, "bf16": False,
+        "per_device_train_batch_size": 8, "num_generations": 4, "max_completion_length": 8, "report_to": "none",
+        "disable_tqdm": True, "output_dir": str(tmp_path / "unused"),
+    }))
+    out = tmp_path / "drift"
+    assert main(["drift", "--config", str(recipe), "--lrs", "1e-4", "3e-2", "--upr", "3", "--rollouts", "1",
+                 "--out", str(out)]) == 0
+    data = json.loads((out / "drift.json").read_text())
+    assert sorted(data["runs"]) == ["0.0001", "0.03"] and data["settings"]["updates_per_rollout"] == 3
+    for run in data["runs"].values():
+        bins = run["bins"]
+        assert run["steps"] == 3 and run["policy_loss"] == "acpo"
+        assert all(bins["ratio_std"][f"0,{b}"] < 1e-4 for b in range(5) if f"0,{b}" in bins["ratio_std"])
+        assert all(bins["acpo_eps"][f"0,{b}"] == pytest.approx(0.2, abs=1e-3) for b in range(5)
+                   if f"0,{b}" in bins["acpo_eps"])
+    slow, fast = (max(data["runs"][lr]["bins"]["logratio_std"][f"2,{b}"] for b in range(5)
+                      if f"2,{b}" in data["runs"][lr]["bins"]["logratio_std"]) for lr in ("0.0001", "0.03"))
+    assert fast > 10 * slow > 0
+    table = (out / "drift.md").read_text()
+    assert "| 0.03 | 2 |" in table and "| 0.0001 | 1 |" in table
+    assert (out / "drift.png").stat().st_size > 1000
+    capsys.readouterr()
+    assert main(["drift", "--config", str(recipe), "--lrs", "3e-2", "--upr", "3", "--rollouts", "1",
+                 "--out", str(out)]) == 0  # resumable: a measured lr is not rerun
+    assert "already measured" in capsys.readouterr().out

@@ -4,8 +4,15 @@
                                          8 seeds, ACPO alpha sweep 0.5/1/3), 2 runs at a time, resumable
     acpo-study run --quick --out DIR     the test suite's tiny grid (seconds)
     acpo-study run --pilot --out DIR     1 seed of a few cells at the full settings (learning check, timing)
-    acpo-study plan [--quick|--pilot]    the runs it would do and their estimated time, without running them
+    acpo-study run --drift --out study/  the drift grid: add2 x 3 drift levels (the testbed's learning rate, from the
+                                         committed grid's to one matched to a real LM) x ACPO (paper, authors'
+                                         defaults), acpo_log, DAPO, CISPO x upr 2/16 x 8 seeds
+    acpo-study plan [--quick|--pilot|--drift]
+                                         the runs it would do and their estimated time, without running them
     acpo-study report --out DIR          table.md, learning curves and diagnostics PNGs from finished runs
+    acpo-study drift --lrs 1e-6 1e-5 --out DIR
+                                         measure a real model's drift per update index and bin (default: the offline
+                                         SmolLM2 on addition, 16 updates per rollout): drift.json, drift.md, drift.png
     acpo-study run --recipe R.yaml --out DIR --jobs 1
                                          the same grid on a real model: each cell an `acpo-train` run of the
                                          recipe R (GPU; --launcher "accelerate launch ... -m acpo_trl.train")
@@ -18,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import shlex
 import sys
 import time
@@ -25,7 +33,21 @@ from dataclasses import replace
 from pathlib import Path
 
 from .recipe import DEFAULT_LAUNCHER, recipe_grid
-from .runner import ALPHAS, PAPER_METHODS, UPRS, RunSpec, build_grid, estimate_seconds, is_done, quick_grid, run_grid, work
+from .table import group_of
+from .runner import (
+    ALPHAS,
+    DRIFT_VARIANTS,
+    PAPER_METHODS,
+    UPRS,
+    RunSpec,
+    build_grid,
+    drift_grid,
+    estimate_seconds,
+    is_done,
+    quick_grid,
+    run_grid,
+    work,
+)
 
 # Wall seconds per optimizer step of one run while another runs beside it (2 cores, one torch thread each),
 # evaluations and diagnostics included, as the committed grid measured them (grid wall time x 2 jobs / runs / 200
@@ -36,14 +58,18 @@ PILOT_METHODS = ("acpo", "dapo", "cispo")
 
 def _specs(args) -> list:
     if args.recipe:
-        if args.quick or args.pilot or args.tasks:
-            raise SystemExit("--recipe: the recipe sets the model and task; drop --quick/--pilot/--tasks.")
+        if args.quick or args.pilot or args.drift or args.tasks:
+            raise SystemExit("--recipe: the recipe sets the model and task; drop --quick/--pilot/--drift/--tasks.")
         return recipe_grid(args.recipe, methods=args.methods or PAPER_METHODS, uprs=args.uprs or UPRS,
                            seeds=range(args.seeds or 8), alphas=ALPHAS if args.alphas is None else args.alphas,
                            steps=args.steps, eval_steps=args.eval_steps,
                            launcher=tuple(shlex.split(args.launcher)) if args.launcher else DEFAULT_LAUNCHER)
     if args.quick:
         return quick_grid()
+    if args.drift:
+        variants = [v for v in DRIFT_VARIANTS if not args.methods or v[0] in args.methods]
+        return drift_grid(tasks=args.tasks or ("add2",), variants=variants, uprs=args.uprs or (2, 16),
+                          seeds=range(args.seeds or 8))
     base = RunSpec()
     if args.steps:
         base = replace(base, steps=args.steps)
@@ -76,13 +102,14 @@ def report(out_dir: Path, plots: str = "some") -> str:
         chosen = {}
         for r in results:
             spec = r["spec"]
-            key = (spec["task"], r["variant"], spec["upr"])
+            key = (group_of(r), r["variant"], spec["upr"])
             if plots == "all" or spec["upr"] == max(s["spec"]["upr"] for s in results):
                 if key not in chosen or spec["seed"] < chosen[key]["spec"]["seed"]:
                     chosen[key] = r
         for (task, variant, upr), r in sorted(chosen.items()):
             entries = read_metrics(str(out_dir / "runs" / r["run_id"] / "metrics.jsonl"))
-            name = f"{task}_{variant}_upr{upr}_seed{r['spec']['seed']}".replace("(", "_").replace(")", "").replace("=", "")
+            name = f"{task}_{variant}_upr{upr}_seed{r['spec']['seed']}".replace("=", "").replace(")", "")
+            name = re.sub(r"[^\w.@-]+", "_", name)  # acpo(alpha=1, clip=[...]) -> acpo_alpha1_clip_...
             title = f"{task} {variant} upr {upr} seed {r['spec']['seed']}"
             plot_bins_vs_k(entries, str(plot_dir / f"{name}_bins.png"), title)
             plot_gradient_diagnostics(entries, str(plot_dir / f"{name}_grad.png"), title)
@@ -96,8 +123,8 @@ def _learning_curves(results: list[dict], plot_dir: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    for task in sorted({r["spec"]["task"] for r in results}):
-        runs = [r for r in results if r["spec"]["task"] == task]
+    for task in sorted({group_of(r) for r in results}):
+        runs = [r for r in results if group_of(r) == task]
         uprs = sorted({r["spec"]["upr"] for r in runs})
         fig, axes = plt.subplots(1, len(uprs), figsize=(5 * len(uprs), 4), squeeze=False)
         for ax, upr in zip(axes[0], uprs):
@@ -125,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
         mode = p.add_mutually_exclusive_group()
         mode.add_argument("--quick", action="store_true")
         mode.add_argument("--pilot", action="store_true")
+        mode.add_argument("--drift", action="store_true", help="the drift grid (learning rate as the drift axis)")
         p.add_argument("--jobs", type=int, default=None,
                        help="worker processes (0: run in this process; default 2 on the testbed, 1 with --recipe)")
         p.add_argument("--recipe", type=Path, default=None,
@@ -144,6 +172,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report")
     p.add_argument("--out", type=Path, default=Path("study"))
     p.add_argument("--plots", choices=("none", "some", "all"), default="some")
+    p = sub.add_parser("drift", help="measure a real model's off-policy drift per update index and bin")
+    p.add_argument("--lrs", nargs="+", type=float, required=True, help="learning rates to measure")
+    p.add_argument("--out", type=Path, default=Path("study/drift_smollm2"))
+    p.add_argument("--config", default=None, help="an acpo-train recipe (default: the offline SmolLM2 on addition)")
+    p.add_argument("--upr", type=int, default=16, help="optimizer updates per rollout")
+    p.add_argument("--rollouts", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
     p = sub.add_parser("_work", help=argparse.SUPPRESS)
     p.add_argument("queue", type=Path)
     p.add_argument("--out", type=Path, required=True)
@@ -162,6 +197,12 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.command == "report":
         print(report(args.out, args.plots))
+        return 0
+    if args.command == "drift":
+        from .drift import measure
+
+        measure(args.lrs, args.out, recipe=args.config, upr=args.upr, rollouts=args.rollouts, seed=args.seed)
+        print((args.out / "drift.md").read_text())
         return 0
     specs = _specs(args)
     if args.jobs is None:

@@ -37,6 +37,7 @@ class RecipeRunSpec(GridCell):
     upr: int = 2  # optimizer updates per rollout
     seed: int = 0
     alpha: float | None = None
+    clip: tuple[float, float] | None = None
     steps: int | None = None  # None: the recipe's max_steps
     eval_steps: int = 50  # held-out evaluation every N optimizer steps (plus before and after training)
     last_evals: int = 3
@@ -74,6 +75,8 @@ class RecipeRunSpec(GridCell):
         data = {k: v for k, v in data.items() if k not in ("task", "steps")}
         data["steps"] = data.pop("steps_arg")
         data["launcher"] = tuple(data["launcher"])
+        if data.get("clip") is not None:
+            data["clip"] = tuple(data["clip"])
         return cls(**data)
 
     def command(self, run_dir: Path) -> list[str]:
@@ -88,8 +91,8 @@ class RecipeRunSpec(GridCell):
         ]
         if self.steps is not None:
             args += ["--max_steps", str(self.steps)]
-        if self.alpha is not None:
-            args += ["--acpo_alpha", str(self.alpha)]
+        for name, value in self.config_overrides().items():
+            args += [f"--{name}", str(value)]
         return [*self.launcher, *args]
 
 

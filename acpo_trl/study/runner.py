@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from .cell import GridCell
+from .cell import DEFAULT_LR, GridCell
 from .recipe import RecipeRunSpec, run_recipe
 from .testbed import WarmupSpec, evaluate, load_warm_model, rl_dataset, task_problems, warm_up
 
@@ -31,8 +31,9 @@ class RunSpec(GridCell):
     upr: int = 2  # optimizer updates per rollout = steps_per_generation (gradient accumulation 1)
     seed: int = 0
     alpha: float | None = None  # ACPO's alpha; None: the ACPOConfig default (3.0)
+    clip: tuple[float, float] | None = None  # ACPO's [eps_min, eps_max]; None: the ACPOConfig default [0, 3]
     steps: int = 200
-    lr: float = 5e-4
+    lr: float = DEFAULT_LR
     batch_size: int = 64  # completions per optimizer step
     num_generations: int = 8
     max_new_tokens: int = 16
@@ -49,6 +50,8 @@ class RunSpec(GridCell):
     def from_json(cls, data: dict) -> "RunSpec":
         data = dict(data)
         data["warmup"] = WarmupSpec(**data["warmup"])
+        if data.get("clip") is not None:
+            data["clip"] = tuple(data["clip"])
         return cls(**data)
 
 
@@ -78,7 +81,6 @@ def run_one(spec: RunSpec, out_dir: str | Path, cache_dir: str | Path) -> dict:
     start = time.time()
     model, tokenizer = load_warm_model(warm_up(spec.warmup, cache_dir))
     train, held = task_problems(spec.task)
-    extra = {} if spec.alpha is None else {"acpo_alpha": spec.alpha}
     args = ACPOConfig(
         output_dir=str(run_dir), report_to="none", use_cpu=True, bf16=False, seed=spec.seed, data_seed=spec.seed,
         per_device_train_batch_size=spec.batch_size, num_generations=spec.num_generations,
@@ -87,7 +89,7 @@ def run_one(spec: RunSpec, out_dir: str | Path, cache_dir: str | Path) -> dict:
         weight_decay=0.01, max_grad_norm=1.0, beta=0.0, loss_type="grpo", max_steps=spec.steps, logging_steps=1,
         save_strategy="no", disable_tqdm=True, dataloader_num_workers=0, policy_loss=spec.method,
         gradient_checkpointing=False,  # TRL's GRPO default is True: a recomputed forward, for nothing at this size
-        **extra,
+        **spec.config_overrides(),
     )
     evals: list[dict] = []
 
@@ -131,6 +133,7 @@ def write_result(spec, run_dir: Path, evals: list[dict], start: float, **extra) 
         "diagnostics": summarize_diagnostics(entries),
         "spec": spec.to_json(),
         "run_id": spec.run_id,
+        "group": spec.group,
         "variant": spec.variant,
         "final_sampled": evals[-1]["sampled"],
         "final_greedy": evals[-1].get("greedy"),
@@ -304,6 +307,60 @@ def quick_grid(out_steps: int = 4) -> list[RunSpec]:
                    last_evals=2, grad_every=2, lr=5e-4, warmup=warm)
     return build_grid(tasks=("add1",), methods=("acpo", "dapo"), uprs=(1, 2), seeds=(0,), alphas=(1.0,), base=base,
                       warmups={"add1": warm})
+
+
+@dataclass(frozen=True)
+class DriftLevel:
+    """A drift level of the drift grid: the testbed's learning rate, and enough steps for every level to learn."""
+
+    name: str
+    lr: float
+    steps: int
+
+
+# Off-policy drift is set by the learning rate (with Adam the policy moves ~lr per optimizer update). "matched": the
+# bin-0 ratio std at the last update of a 16-update rollout within 2x of SmolLM2-135M's at the paper's lr 1e-6
+# (calibrated on 3 rollouts: 0.19-0.21 at lr 1e-5, the edge of that band, so half of it); "between": the geometric
+# middle; "extreme": the committed grid. Steps grow as lr falls, by less than 1/lr: a low lr learns far more per
+# unit of lr x steps (rollout reward +0.08 in 135 steps at 1e-5 against +0.2 in 200 at 5e-4); docs/RESULTS.md.
+DRIFT_LEVELS = (
+    DriftLevel("extreme", DEFAULT_LR, 200),
+    DriftLevel("between", 5e-5, 400),
+    DriftLevel("matched", 5e-6, 1600),
+)
+# (method, alpha, clip): ACPO (the paper's), ACPO with the authors' public defaults, acpo_log, DAPO, CISPO. ACPO
+# alpha 0.5 and the fixed clip were dropped to keep the grid near 8 hours of the machine (`acpo-study plan --drift`
+# printed 9.3 h with them); the committed grid has them at the extreme level.
+DRIFT_VARIANTS = (
+    ("acpo", None, None),
+    ("acpo", 1.0, (0.05, 0.5)),
+    ("acpo_log", None, None),
+    ("dapo", None, None),
+    ("cispo", None, None),
+)
+
+
+def drift_grid(
+    tasks=("add2",),
+    levels=DRIFT_LEVELS,
+    variants=DRIFT_VARIANTS,
+    uprs=(2, 16),
+    seeds=range(8),
+) -> list[RunSpec]:
+    """variants x uprs x seeds at each drift level (seed-major, so a partial grid has whole seeds). A level's runs
+    evaluate 5 times and diagnose the gradient 20 times whatever their length (the committed grid's 40 / 10 at 200
+    steps), so a long run costs no more per step than a short one. The extreme level's cells are the committed
+    grid's runs (same run ids)."""
+    specs = []
+    for seed in seeds:
+        for level in levels:
+            base = RunSpec(lr=level.lr, steps=level.steps, eval_every=level.steps // 5, grad_every=level.steps // 20)
+            for task in tasks:
+                for upr in uprs:
+                    for method, alpha, clip in variants:
+                        specs.append(replace(base, task=task, method=method, upr=upr, seed=seed, alpha=alpha,
+                                             clip=clip, warmup=replace(base.warmup, task=task)))
+    return specs
 
 
 def estimate_seconds(specs: list[RunSpec], seconds_per_step: dict[int, float], jobs: int = 2) -> float:

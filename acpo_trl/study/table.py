@@ -23,6 +23,12 @@ def load_results(out_dir: str | Path) -> list[dict]:
     return [json.loads(p.read_text()) for p in sorted(Path(out_dir).glob("runs/**/result.json"))]
 
 
+def group_of(result: dict) -> str:
+    """A result's table section: its task, with the learning rate when it is a drift level (results written before
+    drift levels existed have no ``group``: their task)."""
+    return result.get("group", result["spec"]["task"])
+
+
 def _mean_sd(values: list[float]) -> tuple[float, float]:
     if not values:
         return math.nan, math.nan
@@ -39,7 +45,7 @@ def summarize(results: list[dict], exclude_collapsed: bool = False) -> dict:
     """{task: {"uprs": [...], "rows": {variant: {...}}}} with per-regime statistics, drops, ranks, collapses."""
     cells: dict = defaultdict(list)
     for r in results:
-        cells[(r["spec"]["task"], r["variant"], r["spec"]["upr"])].append(r)
+        cells[(group_of(r), r["variant"], r["spec"]["upr"])].append(r)
     tasks = sorted({t for t, _, _ in cells})
     summary = {}
     ranks: dict = defaultdict(list)
@@ -167,7 +173,7 @@ def diagnostics_table(results: list[dict]) -> list[str]:
     cells: dict = defaultdict(list)
     for r in results:
         if r.get("diagnostics"):
-            cells[(r["spec"]["task"], r["variant"], r["spec"]["upr"])].append(r["diagnostics"])
+            cells[(group_of(r), r["variant"], r["spec"]["upr"])].append(r["diagnostics"])
     if not cells:
         return []
 
