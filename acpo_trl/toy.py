@@ -25,20 +25,16 @@ CHAT_TEMPLATE = (
 TOY_LETTERS = "abcdefgh"
 
 
-def build_tokenizer():
-    """A byte-level BPE tokenizer with no merges: every UTF-8 byte is one token, so any text round-trips."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+def chat_tokenizer(**source):
+    """A ``PreTrainedTokenizerFast`` from ``source`` (``tokenizer_object=`` a ``tokenizers.Tokenizer`` or
+    ``tokenizer_file=`` a saved one) with this package's special tokens, minimal chat template and left padding.
+
+    Reload a locally trained tokenizer this way, not with ``AutoTokenizer``, which may re-split it with a
+    pre-tokenizer of its own (e.g. Qwen2's digit splitting)."""
     from transformers import PreTrainedTokenizerFast
 
-    byte_alphabet = pre_tokenizers.ByteLevel.alphabet()
-    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
-    for symbol in sorted(byte_alphabet):
-        vocab[symbol] = len(vocab)
-    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
-    backend.decoder = decoders.ByteLevel()
     tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=backend,
+        **source,
         pad_token="<|pad|>",
         eos_token="<|im_end|>",
         bos_token=None,
@@ -49,12 +45,27 @@ def build_tokenizer():
     return tokenizer
 
 
-def build_tiny_model(seed: int = 0, hidden_size: int = 64, num_layers: int = 2):
-    """A tiny Qwen2 causal LM (about 100k parameters) and its tokenizer, deterministically initialised."""
+def build_tokenizer():
+    """A byte-level BPE tokenizer with no merges: every UTF-8 byte is one token, so any text round-trips."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    byte_alphabet = pre_tokenizers.ByteLevel.alphabet()
+    vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
+    for symbol in sorted(byte_alphabet):
+        vocab[symbol] = len(vocab)
+    backend = Tokenizer(models.BPE(vocab=vocab, merges=[]))
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+    backend.decoder = decoders.ByteLevel()
+    return chat_tokenizer(tokenizer_object=backend)
+
+
+def tiny_qwen2(tokenizer, *, hidden_size: int = 64, num_layers: int = 2, seed: int = 0,
+               max_position_embeddings: int = 1024):
+    """A randomly initialised (``seed``) Qwen2 causal LM for ``tokenizer``: 4 heads, 2 KV heads, MLP 2 x hidden,
+    tied embeddings; EOS and padding set from the tokenizer for ``generate``."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    tokenizer = build_tokenizer()
     config = Qwen2Config(
         vocab_size=len(tokenizer),
         hidden_size=hidden_size,
@@ -62,7 +73,7 @@ def build_tiny_model(seed: int = 0, hidden_size: int = 64, num_layers: int = 2):
         num_hidden_layers=num_layers,
         num_attention_heads=4,
         num_key_value_heads=2,
-        max_position_embeddings=1024,
+        max_position_embeddings=max_position_embeddings,
         tie_word_embeddings=True,
         pad_token_id=tokenizer.pad_token_id,
         eos_token_id=tokenizer.eos_token_id,
@@ -72,7 +83,13 @@ def build_tiny_model(seed: int = 0, hidden_size: int = 64, num_layers: int = 2):
     model = Qwen2ForCausalLM(config)
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
-    return model, tokenizer
+    return model
+
+
+def build_tiny_model(seed: int = 0, hidden_size: int = 64, num_layers: int = 2):
+    """A tiny Qwen2 causal LM (about 100k parameters) and its byte-level tokenizer, deterministically initialised."""
+    tokenizer = build_tokenizer()
+    return tiny_qwen2(tokenizer, hidden_size=hidden_size, num_layers=num_layers, seed=seed), tokenizer
 
 
 def toy_dataset(num_prompts: int = 64, seed: int = 0):

@@ -1,7 +1,7 @@
 """Two-model decoding speed: time per generated token of ``two_model_generate`` (base + RL model, two KV caches,
 Δlog p selection and π_Extra^γ sampling) against one-model sampling of the same length, measured side by side.
 
-Target (issue 7): at most 2.2x the single-model time per token. Both loops run the same number of steps (no EOS),
+Target: at most 2.2x the single-model time per token. Both loops run the same number of steps (no EOS),
 interleaved over ``--repeats`` rounds; the median per-token time of each is reported. The RL model is the base with
 its weights perturbed, so that some positions are selected. ``transformers`` ``generate`` of the same length is
 printed as a second reference.

@@ -3,7 +3,7 @@
     python configs/make_recipes.py           # (re)write every recipe
     python configs/make_recipes.py --check   # exit 1 if a committed recipe differs from what this script writes
 
-Every recipe is the ACPO paper's setup (Wang et al. 2026, arXiv 2606.22570; spec §2) for one task, model, regime
+Every recipe is the ACPO paper's setup (Wang et al. 2026, arXiv 2606.22570: its regimes table, README "Regimes") for one task, model, regime
 and policy loss. Files of one task x model x regime differ only in `policy_loss`, the method's own fields (their
 ACPOConfig defaults, written out) and `output_dir`; tests/test_recipes.py checks that and the batch arithmetic.
 """

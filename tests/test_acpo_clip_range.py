@@ -1,4 +1,4 @@
-"""acpo_clip_range against a slow per-bin reference written from the equations (spec/acpo.md §1)."""
+"""acpo_clip_range against a slow per-bin reference written from the equations (the README's "ACPO in one equation")."""
 
 from __future__ import annotations
 

@@ -200,7 +200,7 @@ def test_ddp_diagnostics_with_a_zero_gradient_rank_log_the_same_keys(tmp_path, t
     it must still emit them (as missing values), or the ranks' single metric all-reduce would mismatch."""
     launch(DDP_CONFIG, tmp_path / "records", [], tiny_model_dir, script=ZERO_ADVANTAGE_RANK)
     ranks = [json.loads((tmp_path / "records" / f"rank{r}.json").read_text()) for r in range(2)]
-    assert [r["steps"] for r in ranks] == [4, 4]
+    assert [r["steps"] for r in ranks] == [4, 4] and [r["num_processes"] for r in ranks] == [2, 2]
     assert max(ranks[1]["max_advantage"]) == 0.0 and max(ranks[0]["max_advantage"]) > 0
     assert ranks[0]["log_keys"] == ranks[1]["log_keys"]
     logged = set().union(*map(set, ranks[0]["log_keys"]))

@@ -1,5 +1,5 @@
 """The paper recipes (configs/<task>/*.yaml) and accelerate configs: they parse with acpo-train's own parser, their
-batch arithmetic is the paper's (spec §2), methods differ by one line, and configs/make_recipes.py wrote them."""
+batch arithmetic is the paper's (its regimes table), methods differ by one line, and configs/make_recipes.py wrote them."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ ACCELERATE = CONFIGS / "accelerate"
 STUDY = CONFIGS / "study"  # the study's real-model recipe: tests/test_study.py
 RECIPES = sorted(p for p in CONFIGS.glob("*/*.yaml") if p.parent not in (ACCELERATE, STUDY))
 
-# The paper (spec §2): regime -> prompts per rollout, prompts per optimizer update, updates per rollout.
+# The paper's regimes table: regime -> prompts per rollout, prompts per optimizer update, updates per rollout.
 PAPER = {"near_on_policy": (128, 64, 2), "off_policy": (256, 16, 16)}
 GROUP_SIZE = 10
 MATH_METHODS = ["acpo", "grpo", "dapo", "cispo", "high_entropy", "low_entropy", "ar_lopti", "dlogp_reweight"]

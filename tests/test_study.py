@@ -69,7 +69,7 @@ def test_drop_interval_and_the_across_tasks_summary():
 
 
 def test_collapse_rule():
-    from acpo_trl.study.runner import collapsed
+    from acpo_trl.study.results import collapsed
 
     assert collapsed([(s, 0.5 if s < 100 else 0.0) for s in range(1, 201, 8)], 200)
     assert not collapsed([(s, 0.0 if s < 190 else 0.1) for s in range(1, 201, 8)], 200)
@@ -79,7 +79,8 @@ def test_collapse_rule():
 @pytest.mark.slow
 def test_quick_grid_runs_resumes_and_redoes_only_an_interrupted_run(tmp_path, capsys):
     from acpo_trl.study.cli import main
-    from acpo_trl.study.runner import quick_grid, run_grid
+    from acpo_trl.study.grids import quick_grid
+    from acpo_trl.study.runner import run_grid
 
     out = tmp_path / "study"
     assert main(["run", "--quick", "--out", str(out), "--plots", "some"]) == 0
@@ -109,7 +110,7 @@ def test_quick_grid_runs_resumes_and_redoes_only_an_interrupted_run(tmp_path, ca
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# The study through a recipe (issue 8.3): each cell an acpo-train run; the GPU recipe, built but not run here.
+# The study through a recipe: each cell an acpo-train run; the GPU recipe, built but not run here.
 
 STUDY_RECIPE = "configs/study/qwen2.5-0.5b-instruct_countdown.yaml"
 

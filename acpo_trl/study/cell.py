@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-DEFAULT_LR = 5e-4  # the testbed's learning rate (testbed.md); the drift grid varies it
+DEFAULT_LR = 5e-4  # the testbed's learning rate (docs/RESULTS.md, "Testbed"); the drift grid varies it
 
 
 class GridCell:

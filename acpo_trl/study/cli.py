@@ -33,21 +33,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from .recipe import DEFAULT_LAUNCHER, recipe_grid
-from .table import group_of
-from .runner import (
-    ALPHAS,
-    DRIFT_VARIANTS,
-    PAPER_METHODS,
-    UPRS,
-    RunSpec,
-    build_grid,
-    drift_grid,
-    estimate_seconds,
-    is_done,
-    quick_grid,
-    run_grid,
-    work,
-)
+from .grids import ALPHAS, DRIFT_VARIANTS, PAPER_METHODS, UPRS, build_grid, drift_grid, estimate_seconds, quick_grid
+from .results import group_of, is_done, load_results
+from .runner import run_grid, work
+from .testbed import RunSpec
 
 # Wall seconds per optimizer step of one run while another runs beside it (2 cores, one torch thread each),
 # evaluations and diagnostics included, as the committed grid measured them (grid wall time x 2 jobs / runs / 200
@@ -91,7 +80,7 @@ def report(out_dir: Path, plots: str = "some") -> str:
     """Write ``table.md`` and the PNGs under ``out_dir/plots``; returns the table."""
     from ..diagnostics.plots import plot_bins_vs_k, plot_gradient_diagnostics
     from ..plots import read_metrics
-    from .table import load_results, write_table
+    from .table import write_table
 
     results = load_results(out_dir)
     table = write_table(results, out_dir / "table.md")

@@ -24,6 +24,7 @@ from pathlib import Path
 import yaml
 
 from .cell import GridCell
+from .results import write_result
 
 DEFAULT_LAUNCHER = (sys.executable, "-m", "acpo_trl.train")
 
@@ -95,6 +96,25 @@ class RecipeRunSpec(GridCell):
             args += [f"--{name}", str(value)]
         return [*self.launcher, *args]
 
+    def run(self, out_dir: str | Path, cache_dir: str | Path | None = None) -> dict:
+        """Run this cell (``acpo-train`` in a child process, output in ``log.txt``) and write its ``result.json``.
+        (``cache_dir`` is the testbed's warm-up cache: unused here.)"""
+        run_dir = Path(out_dir) / "runs" / self.run_id
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for stale in ("metrics.jsonl", "result.json", "error.txt", "eval_before_after.json"):
+            (run_dir / stale).unlink(missing_ok=True)
+        (run_dir / "spec.json").write_text(json.dumps(self.to_json(), indent=1))
+        command = self.command(run_dir)
+        start = time.time()
+        with open(run_dir / "log.txt", "w") as log:
+            log.write(shlex.join(command) + "\n")
+            log.flush()
+            code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
+        if code != 0:
+            tail = (run_dir / "log.txt").read_text()[-3000:]
+            raise RuntimeError(f"{self.run_id}: acpo-train exited with {code}:\n{tail}")
+        return write_result(self, run_dir, read_evals(run_dir, self.num_steps), start, command=shlex.join(command))
+
 
 def _avg_key(metrics: dict) -> str:
     keys = [k for k in metrics if k.startswith("eval/") and "/avg@" in k and not k.startswith("eval/macro/")]
@@ -115,27 +135,6 @@ def read_evals(run_dir: Path, steps: int) -> list[dict]:
             evals[entry["step"]] = entry[key]
     evals[steps] = before_after["after"][key]
     return [{"step": step, "sampled": value} for step, value in sorted(evals.items())]
-
-
-def run_recipe(spec: RecipeRunSpec, out_dir: str | Path) -> dict:
-    """Run one cell (``acpo-train`` in a child process, output in ``log.txt``) and write its ``result.json``."""
-    from .runner import write_result
-
-    run_dir = Path(out_dir) / "runs" / spec.run_id
-    run_dir.mkdir(parents=True, exist_ok=True)
-    for stale in ("metrics.jsonl", "result.json", "error.txt", "eval_before_after.json"):
-        (run_dir / stale).unlink(missing_ok=True)
-    (run_dir / "spec.json").write_text(json.dumps(spec.to_json(), indent=1))
-    command = spec.command(run_dir)
-    start = time.time()
-    with open(run_dir / "log.txt", "w") as log:
-        log.write(shlex.join(command) + "\n")
-        log.flush()
-        code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
-    if code != 0:
-        tail = (run_dir / "log.txt").read_text()[-3000:]
-        raise RuntimeError(f"{spec.run_id}: acpo-train exited with {code}:\n{tail}")
-    return write_result(spec, run_dir, read_evals(run_dir, spec.num_steps), start, command=shlex.join(command))
 
 
 def recipe_grid(recipe: str, methods, uprs, seeds, alphas, steps: int | None = None, eval_steps: int = 50,

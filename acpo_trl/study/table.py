@@ -17,16 +17,7 @@ import random
 from collections import defaultdict
 from pathlib import Path
 
-
-def load_results(out_dir: str | Path) -> list[dict]:
-    """Every finished run's result under ``out_dir/runs``."""
-    return [json.loads(p.read_text()) for p in sorted(Path(out_dir).glob("runs/**/result.json"))]
-
-
-def group_of(result: dict) -> str:
-    """A result's table section: its task, with the learning rate when it is a drift level (results written before
-    drift levels existed have no ``group``: their task)."""
-    return result.get("group", result["spec"]["task"])
+from .results import group_of
 
 
 def _mean_sd(values: list[float]) -> tuple[float, float]:

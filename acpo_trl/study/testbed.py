@@ -1,4 +1,4 @@
-"""The CPU testbed of ``/work/shared/spec/testbed.md``: addition problems, a tiny Qwen2 with a locally trained
+"""The CPU testbed (a small RL setting that learns on 2 CPU cores; docs/RESULTS.md, "Testbed"): addition problems, a tiny Qwen2 with a locally trained
 byte-level BPE tokenizer, and a noisy-teacher supervised warm-up cached on disk.
 
 Tasks (``TASKS``):
@@ -12,7 +12,7 @@ the completion holds exactly one \\boxed{...} and its content is a + b, else 0.
 Noisy teacher (the warm-up's targets): without a (units) carry right 50% of the time, else a + b +- 1; with a carry
 right 25%, the carry dropped 60% (a + b - 10), +-1 15%. RL then has a systematic error to fix.
 
-Trap (testbed.md): the tokenizer is reloaded with ``PreTrainedTokenizerFast``; ``AutoTokenizer`` would re-split
+Trap: the tokenizer is reloaded with ``PreTrainedTokenizerFast``; ``AutoTokenizer`` would re-split
 digits with the Qwen2 pre-tokenizer. Digits are single tokens here (``Digits(individual_digits=True)``).
 """
 
@@ -25,14 +25,13 @@ import os
 import random
 import re
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-SPECIAL_TOKENS = ["<|pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-CHAT_TEMPLATE = (
-    "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
-    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
-)
+from ..toy import SPECIAL_TOKENS, chat_tokenizer, tiny_qwen2
+from .cell import DEFAULT_LR, GridCell
+from .results import write_result
+
 ANSWER_FORMAT = "The answer is \\boxed{{{}}}."
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 
@@ -174,32 +173,12 @@ def train_tokenizer(task: str, vocab_size: int, path: Path):
 
 
 def load_tokenizer(path: Path):
-    from transformers import PreTrainedTokenizerFast
-
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_file=str(Path(path) / "tokenizer.json"), pad_token="<|pad|>", eos_token="<|im_end|>",
-        additional_special_tokens=["<|endoftext|>", "<|im_start|>"],
-    )
-    tokenizer.chat_template = CHAT_TEMPLATE
-    tokenizer.padding_side = "left"
-    return tokenizer
+    return chat_tokenizer(tokenizer_file=str(Path(path) / "tokenizer.json"))
 
 
 def _build_model(spec: WarmupSpec, tokenizer):
-    import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    config = Qwen2Config(
-        vocab_size=len(tokenizer), hidden_size=spec.hidden_size, intermediate_size=2 * spec.hidden_size,
-        num_hidden_layers=spec.num_layers, num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128,
-        tie_word_embeddings=True, pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
-        bos_token_id=tokenizer.eos_token_id,
-    )
-    torch.manual_seed(spec.seed)
-    model = Qwen2ForCausalLM(config)
-    model.generation_config.pad_token_id = tokenizer.pad_token_id
-    model.generation_config.eos_token_id = tokenizer.eos_token_id
-    return model
+    return tiny_qwen2(tokenizer, hidden_size=spec.hidden_size, num_layers=spec.num_layers, seed=spec.seed,
+                      max_position_embeddings=128)
 
 
 def warm_up(spec: WarmupSpec, cache_dir: str | Path, log=print) -> Path:
@@ -269,34 +248,115 @@ def load_warm_model(path: Path):
 
 def evaluate(model, tokenizer, problems: list[Problem], *, k: int = 8, max_new_tokens: int = 16, seed: int = 0) -> dict:
     """Held-out accuracy: ``sampled`` (mean over k samples at T = 1, seeded), ``greedy``, ``greedy_carry``
-    (greedy on the carry problems), ``format`` (share of samples with exactly one \\boxed{})."""
-    import torch
+    (greedy on the carry problems), ``format`` (share of samples with exactly one \\boxed{}). Sampled with the
+    evaluation code's transformers backend (the global RNG state and the train mode are left as they were)."""
+    from ..evaluation.generation import SamplingSettings, TransformersBackend, tokenize_prompt
 
-    was_training = model.training
-    model.eval()
-    texts = [tokenizer.apply_chat_template([{"role": "user", "content": p.question}], tokenize=False,
-                                           add_generation_prompt=True) for p in problems]
-    batch = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)
-    width = batch["input_ids"].size(1)
+    prompts = [tokenize_prompt(tokenizer, [{"role": "user", "content": p.question}]) for p in problems]
     answers = [str(p.answer) for p in problems]
-    devices_state = torch.random.get_rng_state()
-    try:
-        with torch.no_grad():
-            torch.manual_seed(seed)
-            sampled = model.generate(**batch, do_sample=True, temperature=1.0, top_p=1.0, top_k=0,
-                                     max_new_tokens=max_new_tokens, num_return_sequences=k)
-            greedy = model.generate(**batch, do_sample=False, max_new_tokens=max_new_tokens)
-    finally:
-        torch.random.set_rng_state(devices_state)
-        model.train(was_training)
-    decode = lambda ids: tokenizer.batch_decode(ids[:, width:], skip_special_tokens=True)  # noqa: E731
-    sampled_rewards = addition_reward(None, decode(sampled), [a for a in answers for _ in range(k)])
-    greedy_rewards = addition_reward(None, decode(greedy), answers)
-    fmt = [len(_BOXED.findall(t)) == 1 for t in decode(sampled)]
+
+    def texts(temperature: float, num_samples: int) -> list[str]:
+        backend = TransformersBackend(model, tokenizer, SamplingSettings(temperature, 1.0, max_new_tokens))
+        return [g.text for group in backend.generate(prompts, num_samples, seed) for g in group]
+
+    sampled = texts(1.0, k)
+    sampled_rewards = addition_reward(None, sampled, [a for a in answers for _ in range(k)])
+    greedy_rewards = addition_reward(None, texts(0.0, 1), answers)
     carry = [r for r, p in zip(greedy_rewards, problems) if p.carry]
     return {
         "sampled": sum(sampled_rewards) / len(sampled_rewards),
         "greedy": sum(greedy_rewards) / len(greedy_rewards),
         "greedy_carry": sum(carry) / len(carry) if carry else float("nan"),
-        "format": sum(fmt) / len(fmt),
+        "format": sum(len(_BOXED.findall(t)) == 1 for t in sampled) / len(sampled),
     }
+
+
+@dataclass(frozen=True)
+class RunSpec(GridCell):
+    """One RL run of the study on the testbed (the testbed's RL settings by default)."""
+
+    task: str = "add1"
+    method: str = "acpo"
+    upr: int = 2  # optimizer updates per rollout = steps_per_generation (gradient accumulation 1)
+    seed: int = 0
+    alpha: float | None = None  # ACPO's alpha; None: the ACPOConfig default (3.0)
+    clip: tuple[float, float] | None = None  # ACPO's [eps_min, eps_max]; None: the ACPOConfig default [0, 3]
+    steps: int = 200
+    lr: float = DEFAULT_LR
+    batch_size: int = 64  # completions per optimizer step
+    num_generations: int = 8
+    max_new_tokens: int = 16
+    eval_every: int = 40
+    eval_k: int = 8
+    last_evals: int = 3  # "mean of the last evaluations" averages this many
+    grad_every: int = 10  # gradient diagnostics once per N optimizer steps (0: off)
+    warmup: WarmupSpec = field(default_factory=WarmupSpec)
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "RunSpec":
+        data = dict(data)
+        data["warmup"] = WarmupSpec(**data["warmup"])
+        if data.get("clip") is not None:
+            data["clip"] = tuple(data["clip"])
+        return cls(**data)
+
+    def run(self, out_dir: str | Path, cache_dir: str | Path) -> dict:
+        """Train this run in this process and write ``<out_dir>/runs/<run_id>/``: ``spec.json``, ``metrics.jsonl``
+        (every log entry, with the diagnostics) and, last, ``result.json``. Returns the result."""
+        import torch
+        from transformers import PrinterCallback, TrainerCallback
+
+        from ..callbacks import MetricsJSONLCallback
+        from ..config import ACPOConfig
+        from ..trainer import ACPOTrainer
+
+        run_dir = Path(out_dir) / "runs" / self.run_id
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for stale in ("metrics.jsonl", "result.json", "error.txt"):
+            (run_dir / stale).unlink(missing_ok=True)
+        (run_dir / "spec.json").write_text(json.dumps(self.to_json(), indent=1))
+        start = time.time()
+        model, tokenizer = load_warm_model(warm_up(self.warmup, cache_dir))
+        train, held = task_problems(self.task)
+        args = ACPOConfig(
+            output_dir=str(run_dir), report_to="none", use_cpu=True, bf16=False, seed=self.seed, data_seed=self.seed,
+            per_device_train_batch_size=self.batch_size, num_generations=self.num_generations,
+            steps_per_generation=self.upr, gradient_accumulation_steps=1, max_completion_length=self.max_new_tokens,
+            temperature=1.0, top_p=1.0, learning_rate=self.lr, lr_scheduler_type="constant", warmup_steps=0,
+            weight_decay=0.01, max_grad_norm=1.0, beta=0.0, loss_type="grpo", max_steps=self.steps, logging_steps=1,
+            save_strategy="no", disable_tqdm=True, dataloader_num_workers=0, policy_loss=self.method,
+            gradient_checkpointing=False,  # TRL's GRPO default is True: a recomputed forward, for nothing at this size
+            diagnostics=True, diagnostics_grad_every=self.grad_every,
+            **self.config_overrides(),
+        )
+        evals: list[dict] = []
+        spec = self
+
+        class Evaluate(TrainerCallback):
+            def _run(self, step):
+                evals.append({"step": step, **evaluate(model, tokenizer, held, k=spec.eval_k,
+                                                       max_new_tokens=spec.max_new_tokens, seed=1000 + spec.seed)})
+
+            def on_train_begin(self, args, state, control, **kwargs):
+                self._run(0)
+
+            def on_step_end(self, args, state, control, **kwargs):
+                if state.global_step % spec.eval_every == 0 or state.global_step == spec.steps:
+                    self._run(state.global_step)
+
+        # A rollout takes batch_size * upr / num_generations prompts (128 at upr 16) and TRL drops an incomplete
+        # last batch: with add1's 70 prompts and no repetition, upr 16 would train for 0 steps. Repeat the prompt
+        # list, the same number of times in every regime (sized for upr 16), so that all regimes sample alike.
+        prompts_per_rollout = self.batch_size * max(self.upr, 16) // self.num_generations
+        repeats = max(1, math.ceil(4 * prompts_per_rollout / len(train)))
+        trainer = ACPOTrainer(model, addition_reward, args=args, train_dataset=rl_dataset(train * repeats),
+                              processing_class=tokenizer,
+                              callbacks=[MetricsJSONLCallback(str(run_dir / "metrics.jsonl")), Evaluate()])
+        trainer.remove_callback(PrinterCallback)  # the log entries go to metrics.jsonl, not to stdout
+        trainer.train()
+        if trainer.state.global_step != self.steps:
+            raise RuntimeError(f"{self.run_id}: trained {trainer.state.global_step} of {self.steps} steps.")
+        return write_result(self, run_dir, evals, start, torch_threads=torch.get_num_threads())

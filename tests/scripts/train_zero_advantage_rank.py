@@ -16,22 +16,21 @@ from pathlib import Path
 
 def main() -> None:
     out_dir, model_dir = Path(sys.argv[1]), sys.argv[2]
-    from accelerate import PartialState
-
     from acpo_trl import ACPOConfig, ACPOTrainer
     from acpo_trl.toy import build_tokenizer, toy_dataset, toy_reward
 
-    rank = PartialState().process_index
-
-    def reward(prompts, completions, **columns):
-        return [1.0] * len(completions) if rank == 1 else toy_reward(prompts, completions, **columns)
-
+    # Built first: with use_cpu it sets up the 2-process gloo state (a PartialState made before it would not).
     args = ACPOConfig(
         output_dir=str(out_dir / "run"), report_to="none", use_cpu=True, bf16=False, seed=0, disable_tqdm=True,
         per_device_train_batch_size=4, num_generations=4, steps_per_generation=2, max_completion_length=8,
         learning_rate=1e-2, max_steps=4, logging_steps=1, save_strategy="no",
         diagnostics=True, diagnostics_grad_every=1,
     )
+    rank = args.process_index
+
+    def reward(prompts, completions, **columns):
+        return [1.0] * len(completions) if rank == 1 else toy_reward(prompts, completions, **columns)
+
     trainer = ACPOTrainer(model_dir, reward, args=args, train_dataset=toy_dataset(64),
                           processing_class=build_tokenizer())
     max_advantage = []
@@ -45,6 +44,7 @@ def main() -> None:
     trainer.train()
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / f"rank{rank}.json").write_text(json.dumps({
+        "num_processes": args.world_size,
         "steps": trainer.state.global_step,
         "max_advantage": max_advantage,
         "log_keys": [sorted(entry) for entry in trainer.state.log_history],

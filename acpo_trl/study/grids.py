@@ -1,0 +1,112 @@
+"""The study's grids: the committed comparison (methods x updates per rollout x seeds, ACPO's alpha sweep), the
+test suite's quick grid, and the drift grid (the testbed's learning rate as the off-policy drift axis)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+from .cell import DEFAULT_LR
+from .testbed import RunSpec, WarmupSpec
+
+PAPER_METHODS = ("acpo", "ppo_clip", "dapo", "cispo", "high_entropy", "low_entropy", "ar_lopti")
+UPRS = (2, 8, 16)
+ALPHAS = (0.5, 1.0)  # plus the default 3.0, which is the main grid's ACPO
+
+
+def build_grid(
+    tasks=("add1", "add2"),
+    methods=None,
+    uprs=UPRS,
+    seeds=range(8),
+    alphas=ALPHAS,
+    base: RunSpec | None = None,
+    warmups: dict[str, WarmupSpec] | None = None,
+) -> list[RunSpec]:
+    """methods x uprs x seeds per task, plus ACPO at each alpha of ``alphas`` x uprs x seeds (the alpha sweep:
+    with ACPO's default 3.0 from the main grid it is {0.5, 1, 3}). ``methods`` defaults to every registered
+    policy loss. Ordered seed-major, so a partial grid has whole seeds."""
+    from ..losses import POLICY_LOSSES
+
+    base = base or RunSpec()
+    methods = tuple(methods) if methods else tuple(sorted(POLICY_LOSSES))
+    specs = []
+    for seed in seeds:
+        for task in tasks:
+            warm = (warmups or {}).get(task, replace(base.warmup, task=task))
+            for upr in uprs:
+                for method in methods:
+                    specs.append(replace(base, task=task, method=method, upr=upr, seed=seed, alpha=None, warmup=warm))
+                for alpha in alphas:
+                    specs.append(replace(base, task=task, method="acpo", upr=upr, seed=seed, alpha=alpha, warmup=warm))
+    return specs
+
+
+def quick_grid(out_steps: int = 4) -> list[RunSpec]:
+    """The test suite's grid: 2 methods x 2 regimes x 1 seed on add1 plus one alpha, a 40-step warm-up, a few RL
+    steps with small rollouts."""
+    warm = WarmupSpec(task="add1", steps=30, hidden_size=32, batch_size=32, warmup_steps=5)
+    base = RunSpec(steps=out_steps, batch_size=16, num_generations=4, max_new_tokens=12, eval_every=2, eval_k=2,
+                   last_evals=2, grad_every=2, lr=5e-4, warmup=warm)
+    return build_grid(tasks=("add1",), methods=("acpo", "dapo"), uprs=(1, 2), seeds=(0,), alphas=(1.0,), base=base,
+                      warmups={"add1": warm})
+
+
+@dataclass(frozen=True)
+class DriftLevel:
+    """A drift level of the drift grid: the testbed's learning rate, and enough steps for every level to learn."""
+
+    name: str
+    lr: float
+    steps: int
+
+
+# Off-policy drift is set by the learning rate (with Adam the policy moves ~lr per optimizer update). "matched": the
+# bin-0 ratio std at the last update of a 16-update rollout within 2x of SmolLM2-135M's at the paper's lr 1e-6
+# (calibrated on 3 rollouts: 0.19-0.21 at lr 1e-5, the edge of that band, so half of it); "between": the geometric
+# middle; "extreme": the committed grid. Steps grow as lr falls, by less than 1/lr: a low lr learns far more per
+# unit of lr x steps (rollout reward +0.08 in 135 steps at 1e-5 against +0.2 in 200 at 5e-4); docs/RESULTS.md.
+DRIFT_LEVELS = (
+    DriftLevel("extreme", DEFAULT_LR, 200),
+    DriftLevel("between", 5e-5, 400),
+    DriftLevel("matched", 5e-6, 1600),
+)
+# (method, alpha, clip): ACPO (the paper's), ACPO with the authors' public defaults, acpo_log, DAPO, CISPO. ACPO
+# alpha 0.5 and the fixed clip were dropped to keep the grid near 8 hours of the machine (`acpo-study plan --drift`
+# printed 9.3 h with them); the committed grid has them at the extreme level.
+DRIFT_VARIANTS = (
+    ("acpo", None, None),
+    ("acpo", 1.0, (0.05, 0.5)),
+    ("acpo_log", None, None),
+    ("dapo", None, None),
+    ("cispo", None, None),
+)
+
+
+def drift_grid(
+    tasks=("add2",),
+    levels=DRIFT_LEVELS,
+    variants=DRIFT_VARIANTS,
+    uprs=(2, 16),
+    seeds=range(8),
+) -> list[RunSpec]:
+    """variants x uprs x seeds at each drift level (seed-major, so a partial grid has whole seeds). A level's runs
+    evaluate 5 times and diagnose the gradient 20 times whatever their length (the committed grid's 40 / 10 at 200
+    steps), so a long run costs no more per step than a short one. The extreme level's cells are the committed
+    grid's runs (same run ids)."""
+    specs = []
+    for seed in seeds:
+        for level in levels:
+            base = RunSpec(lr=level.lr, steps=level.steps, eval_every=level.steps // 5, grad_every=level.steps // 20)
+            for task in tasks:
+                for upr in uprs:
+                    for method, alpha, clip in variants:
+                        specs.append(replace(base, task=task, method=method, upr=upr, seed=seed, alpha=alpha,
+                                             clip=clip, warmup=replace(base.warmup, task=task)))
+    return specs
+
+
+def estimate_seconds(specs: list[RunSpec], seconds_per_step: dict[int, float], jobs: int = 2) -> float:
+    """Wall time of ``specs`` at ``seconds_per_step[upr]`` (measured per optimizer step, one thread), ``jobs`` at a time."""
+    total = sum(s.steps * seconds_per_step.get(s.upr, max(seconds_per_step.values())) for s in specs)
+    return total / jobs if math.isfinite(total) else total

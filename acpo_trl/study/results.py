@@ -1,0 +1,84 @@
+"""A finished study run as ``result.json`` (written last and atomically), shared by the testbed runs and the recipe
+runs so that one table reads both; and reading results back."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from pathlib import Path
+
+
+def collapsed(rewards: list[tuple[int, float]], steps: int, tail: float = 0.2) -> bool:
+    """True when the rollout reward fell to 0 and stayed there: every rollout of the last ``tail`` of the run
+    (at least two rollouts) has reward 0."""
+    last = [r for s, r in rewards if s > (1 - tail) * steps]
+    return len(last) >= 2 and all(r == 0 for r in last)
+
+
+def write_result(spec, run_dir: Path, evals: list[dict], start: float, **extra) -> dict:
+    """Summarize a finished run (its ``metrics.jsonl`` and held-out ``evals``: ``{"step", "sampled", ...}`` from
+    step 0 to the end) into ``result.json``, written last and atomically; returns the result."""
+    entries = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    rewards = [(e["step"], e["reward"]) for e in entries if isinstance(e.get("reward"), (int, float))]
+    last = evals[-spec.last_evals:]
+    angles = [e["grad/angle_deg"] for e in entries if isinstance(e.get("grad/angle_deg"), (int, float))]
+    result = {
+        "diagnostics": summarize_diagnostics(entries),
+        "spec": spec.to_json(),
+        "run_id": spec.run_id,
+        "group": spec.group,
+        "variant": spec.variant,
+        "final_sampled": evals[-1]["sampled"],
+        "final_greedy": evals[-1].get("greedy"),
+        "last_evals_mean": sum(e["sampled"] for e in last) / len(last),
+        "start_sampled": evals[0]["sampled"],
+        "collapsed": collapsed(rewards, evals[-1]["step"]),
+        "mean_angle_deg": sum(angles) / len(angles) if angles else None,
+        "evals": evals,
+        "rewards": rewards,
+        "seconds": time.time() - start,
+        **extra,
+    }
+    tmp = run_dir / "result.json.tmp"
+    tmp.write_text(json.dumps(result, indent=1))
+    os.replace(tmp, run_dir / "result.json")
+    return result
+
+
+def summarize_diagnostics(entries: list[dict]) -> dict:
+    """Run means of the diagnostics, small enough for ``result.json`` (so tables and cross-seed plots do not need
+    ``metrics.jsonl``): ``bins[metric]["k,b"]``, ``grad_k[metric]["k"]`` and ``grad[metric]`` (shares, angle)."""
+    from ..diagnostics.plots import bin_table
+
+    bins = {name: {f"{k},{b}": v for (k, b), v in cells.items()} for name, cells in bin_table(entries).items()}
+    sums: dict = {}
+    for entry in entries:
+        for key, value in entry.items():
+            if key.startswith("grad/") and isinstance(value, (int, float)) and math.isfinite(value):
+                sums.setdefault(key, []).append(value)
+    means = {key: sum(v) / len(v) for key, v in sums.items()}
+    grad_k: dict = {}
+    for key, value in means.items():
+        parts = key.split("/")
+        if len(parts) == 3 and parts[1].startswith("k"):
+            grad_k.setdefault(parts[2], {})[parts[1][1:]] = value
+    return {"bins": bins, "grad_k": grad_k,
+            "grad": {k[5:]: v for k, v in means.items() if not k.split("/")[1].startswith("k")}}
+
+
+def is_done(spec, out_dir: str | Path) -> bool:
+    """Whether the cell ``spec`` has its ``result.json`` under ``out_dir``."""
+    return (Path(out_dir) / "runs" / spec.run_id / "result.json").exists()
+
+
+def load_results(out_dir: str | Path) -> list[dict]:
+    """Every finished run's result under ``out_dir/runs``."""
+    return [json.loads(p.read_text()) for p in sorted(Path(out_dir).glob("runs/**/result.json"))]
+
+
+def group_of(result: dict) -> str:
+    """A result's table section: its task, with the learning rate when it is a drift level (results written before
+    drift levels existed have no ``group``: their task)."""
+    return result.get("group", result["spec"]["task"])
