@@ -11,6 +11,10 @@ from .losses import LOSS_TYPES, POLICY_LOSSES, BinClipRule, PolicyLoss
 
 logger = logging.getLogger(__name__)
 
+TRL_LOSS = "trl"  # policy_loss: TRL's own objective, computed by GRPOTrainer's code
+# TRL's loss types that are objectives of their own, not aggregations of a per-token loss.
+TRL_OBJECTIVES = ("cispo", "sapo", "vespo")
+
 
 @dataclass
 class ACPOConfig(GRPOConfig):
@@ -19,11 +23,21 @@ class ACPOConfig(GRPOConfig):
 
     Defaults are the ACPO paper's run (arXiv 2606.22570): K = 5 bins, alpha = 3.0, base = 0.2, clip range
     clamped to [0.0, 3.0], dual-clip c = 3.0, and TRL ``loss_type="grpo"`` (token-mean within a sequence, then
-    mean over sequences). The authors' public YAML defaults (alpha 1, min 0.05, max 0.5) are NOT the paper's run.
+    mean over sequences; GRPOConfig's default is ``"dapo"``). The authors' public YAML defaults (alpha 1, min 0.05,
+    max 0.5) are NOT the paper's run.
+
+    Every GRPOConfig field keeps its TRL meaning. ``policy_loss="trl"`` is TRL's own objective, computed by TRL's
+    code: any GRPOConfig (``loss_type`` cispo / sapo / luspo / vespo, GSPO's ``importance_sampling_level="sequence"``,
+    ...) then trains exactly as with ``GRPOTrainer``. The registry's methods are token-level objectives that compose
+    with TRL's options: the aggregations (``loss_type`` grpo, bnpo, dr_grpo, dapo, luspo), the entropy bonus
+    (``entropy_coef``, ``use_adaptive_entropy``), ``top_entropy_quantile``, ``off_policy_mask_threshold``, ``delta``
+    (clipped objectives), KL (``beta``) and vLLM's importance-sampling correction; the README's table says which
+    combinations are refused and why.
 
     Parameters:
         policy_loss (`str`, *optional*, defaults to `"acpo"`):
-            Name of the policy loss in `acpo_trl.losses.POLICY_LOSSES`: `"acpo"` (bin-wise adaptive clipping),
+            `"trl"` (TRL's own objective, as `GRPOTrainer` computes it) or the name of a policy loss in
+            `acpo_trl.losses.POLICY_LOSSES`: `"acpo"` (bin-wise adaptive clipping),
             `"acpo_log"` (this package's variant: the same bins, eps_b from the within-bin std of log r, log r clipped
             to [-eps_b, eps_b], so the lower clip never vanishes; it reads the `acpo_*` fields below), `"ppo_clip"`
             (TRL's fixed clip with `epsilon` / `epsilon_high`), and the baselines registered there.
@@ -40,8 +54,8 @@ class ACPOConfig(GRPOConfig):
             negative-advantage tokens.
         dual_clip_c (`float` or `None`, *optional*, defaults to `3.0`):
             Dual-clip constant c: for A < 0 the per-token loss is capped at -c A. `None` disables it. Applies to
-            every clipped objective (`acpo`, `ppo_clip`, ...). Not TRL's `delta`, which caps the ratio for both
-            signs.
+            every clipped objective (`acpo`, `ppo_clip`, ...). Not TRL's `delta`, which caps the unclipped ratio for
+            both signs (and also applies to every clipped objective).
         acpo_stats_scope (`str`, *optional*, defaults to `"local"`):
             `"local"`: bin statistics over the micro-batch on this process (the authors' code; the ranges then
             depend on micro-batch size and GPU count). `"global"`: per-bin count, sum and sum of squared
@@ -145,7 +159,7 @@ class ACPOConfig(GRPOConfig):
 
     def __post_init__(self):
         method = self.method
-        if method.passes_per_rollout > 1 and self.num_iterations == 1:
+        if method is not None and method.passes_per_rollout > 1 and self.num_iterations == 1:
             # A multi-pass method (Lopti: low-probability tokens, then high) runs its passes as TRL's iterations.
             logger.info("policy_loss=%r: setting num_iterations=%d (one pass per token group).", self.policy_loss,
                         method.passes_per_rollout)
@@ -165,11 +179,14 @@ class ACPOConfig(GRPOConfig):
             )
 
     @property
-    def method(self) -> PolicyLoss:
-        """The registry entry of ``policy_loss`` (importing acpo_trl.losses registered the built-in methods)."""
+    def method(self) -> PolicyLoss | None:
+        """The registry entry of ``policy_loss``; None for ``"trl"`` (TRL's own objective). Importing
+        acpo_trl.losses registered the built-in methods."""
+        if self.policy_loss == TRL_LOSS:
+            return None
         if self.policy_loss not in POLICY_LOSSES:
-            raise ValueError(f"ACPOConfig.policy_loss={self.policy_loss!r}: unknown policy loss; choose one of "
-                             f"{sorted(POLICY_LOSSES)}.")
+            raise ValueError(f"ACPOConfig.policy_loss={self.policy_loss!r}: unknown policy loss; choose 'trl' (TRL's "
+                             f"own objective) or one of {sorted(POLICY_LOSSES)}.")
         return POLICY_LOSSES[self.policy_loss]
 
     @property
@@ -182,14 +199,22 @@ class ACPOConfig(GRPOConfig):
         """True when every micro-batch of a rollout falls in one optimizer step (TRL then skips old log-probs)."""
         return self.gradient_accumulation_steps % (self.steps_per_generation * self.num_iterations) == 0
 
-    def _validate(self, method: PolicyLoss) -> None:
-        """The fields every method shares, then the method's own (its registry entry's ``validate``)."""
+    def _validate(self, method: PolicyLoss | None) -> None:
+        """The fields every method shares, then the method's own (its registry entry's ``validate``), then TRL's
+        options that a registry method cannot take (each refused with the reason). ``"trl"`` takes them all."""
 
         def fail(name: str, message: str) -> None:
             raise ValueError(f"ACPOConfig.{name}={getattr(self, name)!r}: {message}")
 
         if self.dual_clip_c is not None and self.dual_clip_c <= 1:
             fail("dual_clip_c", "must be > 1 (the paper uses 3.0), or None to disable the dual-clip.")
+        if self.diagnostics_grad_every < 0:
+            fail("diagnostics_grad_every", "must be >= 0 (0 turns the gradient diagnostics off).")
+        if method is None:
+            if self.diagnostics or self.diagnostics_grad_every:
+                fail("diagnostics", "the diagnostics read a registry method's tensors; TRL's own objective "
+                     "(policy_loss='trl') does not expose them: choose a registry method, e.g. 'ppo_clip'.")
+            return
         passes = method.passes_per_rollout
         if passes > 1:
             if self.num_iterations != passes:
@@ -201,20 +226,13 @@ class ACPOConfig(GRPOConfig):
         method.validate_config(self)
         if self.diagnostics or self.diagnostics_grad_every:
             BinClipRule.from_config(self)  # the diagnostics report ACPO's ranges whatever the method
-        if self.diagnostics_grad_every < 0:
-            fail("diagnostics_grad_every", "must be >= 0 (0 turns the gradient diagnostics off).")
+        if self.loss_type in TRL_OBJECTIVES:
+            fail("loss_type", f"'{self.loss_type}' is TRL's own objective, not an aggregation of policy_loss="
+                 f"{self.policy_loss!r}: set policy_loss='trl' to train it as GRPOTrainer does (policy_loss='cispo' "
+                 f"is the ACPO authors' masked CISPO); or aggregate with one of {LOSS_TYPES}.")
         if self.loss_type not in LOSS_TYPES:
-            fail("loss_type", f"ACPOTrainer aggregates with one of {LOSS_TYPES}; the policy loss is `policy_loss`.")
+            fail("loss_type", f"ACPOTrainer aggregates a policy loss with one of {LOSS_TYPES} (or use "
+                 "policy_loss='trl' for TRL's own loss types).")
         if self.importance_sampling_level != "token":
-            fail("importance_sampling_level", "ACPOTrainer's policy losses are token-level; use 'token'.")
-        if self.delta is not None and self.policy_loss != "ppo_clip":
-            fail("delta", "TRL's ratio cap is only applied by policy_loss='ppo_clip'; use dual_clip_c instead.")
-        unsupported = {
-            "top_entropy_quantile": (self.top_entropy_quantile, 1.0, "use policy_loss='high_entropy'"),
-            "entropy_coef": (self.entropy_coef, 0.0, "the entropy bonus is not part of these objectives"),
-            "use_adaptive_entropy": (self.use_adaptive_entropy, False, "the entropy bonus is not supported"),
-            "off_policy_mask_threshold": (self.off_policy_mask_threshold, None, "not supported by ACPOTrainer"),
-        }
-        for name, (value, allowed, fix) in unsupported.items():
-            if value != allowed:
-                fail(name, f"must stay {allowed!r} with ACPOTrainer ({fix}).")
+            fail("importance_sampling_level", f"GSPO's sequence-level ratio is TRL's objective; policy_loss="
+                 f"{self.policy_loss!r} is token-level (ACPO bins tokens): set policy_loss='trl' for GSPO.")

@@ -1,12 +1,13 @@
 """``ACPOTrainer``: TRL's ``GRPOTrainer`` with the loss computed by a policy loss from the registry.
 
-TRL still does generation, rewards, advantages, old/reference log-probs, batching and the optimizer. This class
-only replaces the loss, in four steps (``_compute_loss``): the forward pass (TRL's
-``_get_per_token_logps_and_entropies``); the method's loss on the micro-batch tensors, with what its registry
-entry declared it needs; the terms TRL's own path adds around the policy term (vLLM importance-sampling
-correction, KL to the reference model); and the aggregation with ``loss_type`` and gradient-accumulation
-normalisation (:func:`~acpo_trl.losses.aggregate_loss`), plus the MoE aux loss. Metrics are logged with one
-all-reduce per micro-batch.
+TRL still does generation, rewards, advantages, old/reference log-probs, batching and the optimizer. With
+``policy_loss="trl"`` the loss is TRL's own too (``GRPOTrainer._compute_loss``). Otherwise this class replaces the
+loss, in four steps (``_compute_loss``): the forward pass (TRL's ``_get_per_token_logps_and_entropies``); the
+method's loss on the micro-batch tensors, with what its registry entry declared it needs; the terms TRL's own path
+applies around the policy term (its off-policy sequence mask and top-entropy mask, the vLLM importance-sampling
+correction, KL to the reference model), with TRL's helpers; and the aggregation with ``loss_type`` and
+gradient-accumulation normalisation (:func:`~acpo_trl.losses.aggregate_loss`), then TRL's entropy bonus and MoE aux
+loss. Metrics are logged with one all-reduce per micro-batch.
 """
 
 from __future__ import annotations
@@ -69,8 +70,8 @@ class ACPOTrainer(GRPOTrainer):
                 "Build one with ACPOConfig(...) (it accepts every GRPOConfig field)."
             )
         super().__init__(model, reward_funcs, args, *pargs, **kwargs)
-        self.method = args.method
-        self.method_needs = self.method.needs_for(args)
+        self.method = args.method  # None: TRL's own objective
+        self.method_needs = self.method.needs_for(args) if self.method is not None else frozenset()
         self.policy_loss_fn = self.method  # the diagnostics wrap it
         if args.diagnostics or args.diagnostics_grad_every:
             from .diagnostics import DiagnosticsConfig, attach_diagnostics
@@ -136,6 +137,8 @@ class ACPOTrainer(GRPOTrainer):
         return self.accelerator.reduce(tensor, reduction="sum") if self.accelerator.num_processes > 1 else tensor
 
     def _compute_loss(self, model, inputs):
+        if self.method is None:  # policy_loss="trl": TRL's own objective, by TRL's code
+            return super()._compute_loss(model, inputs)
         mode = "train" if self.model.training else "eval"
         forward = self._forward(model, inputs)
         output = self.policy_loss_fn(self._policy_loss_inputs(inputs, forward), self.args)
@@ -144,6 +147,8 @@ class ACPOTrainer(GRPOTrainer):
         loss = aggregated.loss
         one = torch.ones((), device=loss.device)
         metrics["policy_loss"] = (aggregated.value, one)
+        if self._entropy_bonus_enabled:
+            loss = loss - self._entropy_bonus(forward, mode)
         if self.aux_loss_enabled:  # TRL scales the router's aux loss for accumulation only
             loss = loss + self.router_aux_loss_coef * forward.aux_loss / self._accumulation_steps(mode)
             metrics["aux_loss"] = (forward.aux_loss.detach(), one)
@@ -152,7 +157,8 @@ class ACPOTrainer(GRPOTrainer):
         return loss
 
     def _forward(self, model, inputs) -> "_Forward":
-        """Step 1: the current policy's per-token log-probs and entropies on the completion (and the aux loss)."""
+        """Step 1: the current policy's per-token log-probs and entropies on the completion (and the aux loss), and
+        TRL's top-entropy mask when ``top_entropy_quantile`` < 1."""
         completion_ids = inputs["completion_ids"]
         input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
         attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
@@ -168,7 +174,10 @@ class ACPOTrainer(GRPOTrainer):
         mask = inputs["completion_mask"] if "tool_mask" not in inputs else inputs["completion_mask"] * inputs["tool_mask"]
         old_logps = inputs.get("old_per_token_logps")
         old_logps = logps.detach() if old_logps is None else old_logps  # on-policy: TRL skipped old log-probs
-        return _Forward(logps, old_logps, entropies, aux_loss, mask)
+        entropy_mask = None
+        if self.top_entropy_quantile < 1.0:
+            entropy_mask = self.get_high_entropy_mask(entropies, mask, 1 - self.top_entropy_quantile)
+        return _Forward(logps, old_logps, entropies, aux_loss, mask, entropy_mask)
 
     def _policy_loss_inputs(self, inputs, forward: "_Forward") -> PolicyLossInputs:
         """Step 2: the method's inputs, with what its registry entry declared it needs."""
@@ -187,8 +196,21 @@ class ACPOTrainer(GRPOTrainer):
         )
 
     def _with_trl_terms(self, per_token_loss, metrics: dict, inputs, forward: "_Forward"):
-        """Step 3: what TRL's own path applies around the policy term: the vLLM importance-sampling correction and
-        the KL penalty to the reference model (k3 estimator, optionally bias-corrected), as TRL computes them."""
+        """Step 3: what TRL's own path applies around the policy term, in its order and with its helpers: the
+        off-policy sequence mask (``off_policy_mask_threshold``), the top-entropy mask (``top_entropy_quantile``),
+        the vLLM importance-sampling correction and the KL penalty to the reference model (k3 estimator, optionally
+        bias-corrected)."""
+        if self.off_policy_mask_threshold is not None:
+            advantages = inputs["advantages"]
+            per_token_loss = per_token_loss * self.get_off_policy_mask(
+                advantages=advantages.unsqueeze(1) if advantages.dim() == 1 else advantages,
+                per_token_logps=forward.logps,
+                sampling_per_token_logps=inputs.get("sampling_per_token_logps", forward.old_logps),
+                mask=forward.mask,
+                off_policy_threshold=self.off_policy_mask_threshold,
+            )
+        if forward.entropy_mask is not None:
+            per_token_loss = per_token_loss * forward.entropy_mask
         if self.use_vllm and self.vllm_importance_sampling_correction:
             per_token_loss = per_token_loss * inputs["importance_sampling_ratio"]
         if self.beta != 0.0:
@@ -199,6 +221,33 @@ class ACPOTrainer(GRPOTrainer):
             per_token_loss = per_token_loss + self.beta * per_token_kl
             metrics["kl"] = ((per_token_kl * forward.mask).sum().detach(), forward.mask.sum())
         return per_token_loss, metrics
+
+    def _entropy_bonus(self, forward: "_Forward", mode: str) -> torch.Tensor:
+        """TRL's entropy bonus (``entropy_coef``; with ``use_adaptive_entropy`` its controller): coef times the mean
+        entropy of the tokens the policy term acts on, scaled for accumulation only. The adaptive coefficient is the
+        one set at the end of the previous optimizer step, updated from the step's window-global mean entropy."""
+        mask = forward.mask if forward.entropy_mask is None else forward.mask * forward.entropy_mask
+        mean_entropy = (forward.entropies * mask).sum() / mask.sum().clamp(min=1.0)
+        args = self.args
+        coef = self.entropy_coef
+        if self.use_adaptive_entropy:
+            coef = coef if self._last_world_entropy <= args.entropy_target else 0.0
+            if mode == "train":
+                stats = torch.stack([(forward.entropies * mask).sum(), mask.sum()]).detach()
+                window = self._entropy_window_stats
+                self._entropy_window_stats = stats if window is None else window + stats
+                if self.accelerator.sync_gradients:
+                    total = self.accelerator.reduce(self._entropy_window_stats, reduction="sum")
+                    world_entropy = (total[0] / total[1].clamp(min=1.0)).item()
+                    if world_entropy <= args.entropy_target:
+                        self.entropy_coef = min(self.entropy_coef + args.entropy_coef_delta, args.entropy_coef_max)
+                    else:
+                        self.entropy_coef = max(self.entropy_coef - args.entropy_coef_delta, args.entropy_coef_min)
+                    self._last_world_entropy = world_entropy
+                    self._entropy_window_stats = None
+        if mode == "train" and self.accelerator.sync_gradients:
+            self._metrics[mode]["entropy_coef"].append(self.entropy_coef)
+        return coef * mean_entropy / self._accumulation_steps(mode)
 
     def _accumulation_steps(self, mode: str) -> int:
         return self.current_gradient_accumulation_steps if mode == "train" else 1  # no accumulation in eval
@@ -224,13 +273,15 @@ class ACPOTrainer(GRPOTrainer):
 
 
 class _Forward(NamedTuple):
-    """The forward pass of one micro-batch (``old_logps``: TRL's, or the detached current ones on-policy)."""
+    """The forward pass of one micro-batch (``old_logps``: TRL's, or the detached current ones on-policy;
+    ``entropy_mask``: TRL's top-entropy mask, or None)."""
 
     logps: torch.Tensor
     old_logps: torch.Tensor
     entropies: torch.Tensor
     aux_loss: torch.Tensor | None
     mask: torch.Tensor
+    entropy_mask: torch.Tensor | None
 
 
 def acpo_card_section(args: ACPOConfig, task: str | None) -> str:

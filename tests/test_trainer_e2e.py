@@ -21,25 +21,40 @@ def test_config_defaults_are_the_papers_run(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "field,value,message",
+    "overrides,message",
     [
-        ("policy_loss", "ppo", "ACPOConfig.policy_loss='ppo'"),
-        ("acpo_num_bins", 0, "ACPOConfig.acpo_num_bins=0"),
-        ("acpo_alpha", -1.0, "ACPOConfig.acpo_alpha=-1.0"),
-        ("acpo_clip_max", -0.1, "ACPOConfig.acpo_clip_max=-0.1"),
-        ("dual_clip_c", 0.5, "ACPOConfig.dual_clip_c=0.5"),
-        ("acpo_stats_scope", "world", "ACPOConfig.acpo_stats_scope='world'"),
-        ("loss_type", "cispo", "ACPOConfig.loss_type='cispo'"),
-        ("top_entropy_quantile", 0.2, "ACPOConfig.top_entropy_quantile=0.2"),
-        ("delta", 2.0, "ACPOConfig.delta=2.0"),
+        ({"policy_loss": "ppo"}, "ACPOConfig.policy_loss='ppo'"),
+        ({"acpo_num_bins": 0}, "ACPOConfig.acpo_num_bins=0"),
+        ({"acpo_alpha": -1.0}, "ACPOConfig.acpo_alpha=-1.0"),
+        ({"acpo_clip_max": -0.1}, "ACPOConfig.acpo_clip_max=-0.1"),
+        ({"dual_clip_c": 0.5}, "ACPOConfig.dual_clip_c=0.5"),
+        ({"acpo_stats_scope": "world"}, "ACPOConfig.acpo_stats_scope='world'"),
+        ({"loss_type": "cispo"}, "ACPOConfig.loss_type='cispo': 'cispo' is TRL's own objective"),
+        ({"loss_type": "sapo", "policy_loss": "dapo"}, "set policy_loss='trl'"),
+        ({"importance_sampling_level": "sequence"}, "ACPOConfig.importance_sampling_level='sequence': GSPO"),
+        ({"policy_loss": "cispo", "delta": 2.0}, "ACPOConfig.delta=2.0: CISPO has no clipped surrogate"),
+        ({"policy_loss": "trl", "diagnostics": True}, "ACPOConfig.diagnostics=True"),
+        ({"policy_loss": "dapo", "dapo_clip_high": -0.3}, "ACPOConfig.dapo_clip_high=-0.3"),
+        ({"policy_loss": "ar_lopti", "num_iterations": 3}, "ACPOConfig.num_iterations=3: ar_lopti makes exactly 2"),
     ],
 )
-def test_invalid_values_fail_at_construction_naming_the_field(tmp_path, field, value, message):
+def test_invalid_values_fail_at_construction_naming_the_field(tmp_path, overrides, message):
     from acpo_trl import ACPOConfig
 
     with pytest.raises(ValueError) as info:
-        ACPOConfig(**trainer_kwargs(tmp_path, **{field: value}))
+        ACPOConfig(**trainer_kwargs(tmp_path, **overrides))
     assert message in str(info.value)
+
+
+def test_trl_options_that_compose_are_accepted(tmp_path):
+    """TRL's options that have a meaning with a registry method are accepted (superset of GRPOConfig)."""
+    from acpo_trl import ACPOConfig
+
+    for overrides in ({"top_entropy_quantile": 0.2}, {"entropy_coef": 0.01}, {"use_adaptive_entropy": True},
+                      {"off_policy_mask_threshold": 0.5}, {"delta": 2.0}, {"loss_type": "luspo"},
+                      {"policy_loss": "trl", "loss_type": "sapo", "importance_sampling_level": "sequence"}):
+        args = ACPOConfig(**trainer_kwargs(tmp_path, steps_per_generation=4, **overrides))
+        assert all(getattr(args, k) == v for k, v in overrides.items())
 
 
 def test_on_policy_configuration_warns(tmp_path, caplog):

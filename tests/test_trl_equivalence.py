@@ -1,5 +1,7 @@
-"""ACPOTrainer with policy_loss='ppo_clip' computes TRL GRPOTrainer's loss and gradients on the same inputs;
-ACPO with one bin equals a fixed clip of the resulting eps."""
+"""ACPOTrainer with policy_loss='ppo_clip' computes TRL GRPOTrainer's loss and gradients on the same inputs, also
+with TRL's options composed (entropy bonus, adaptive entropy, top-entropy and off-policy masks, luspo); with
+policy_loss='trl' it is GRPOTrainer for TRL's own objectives (cispo, sapo, vespo, GSPO); ACPO with one bin equals a
+fixed clip of the resulting eps."""
 
 from __future__ import annotations
 
@@ -63,8 +65,10 @@ def trainers(tmp_path_factory, tiny_dir):
     model_dir = tiny_dir  # TRL builds the reference model (beta > 0) from the model's path
     tokenizer = build_tokenizer()
 
-    def get(loss_type, beta=0.0, grad_accum=2, steps_per_generation=4, epsilon_high=0.28, delta=None):
-        key = (loss_type, beta, grad_accum, steps_per_generation, epsilon_high, delta)
+    def get(loss_type, beta=0.0, grad_accum=2, steps_per_generation=4, epsilon_high=0.28, delta=None,
+            policy_loss="ppo_clip", **options):
+        key = (loss_type, beta, grad_accum, steps_per_generation, epsilon_high, delta, policy_loss,
+               tuple(sorted(options.items())))
         if key not in cache:
             common = trainer_kwargs(
                 tmp_path_factory.mktemp("eq"),
@@ -76,6 +80,7 @@ def trainers(tmp_path_factory, tiny_dir):
                 epsilon_high=epsilon_high,
                 delta=delta,
                 max_completion_length=7,
+                **options,
             )
             data = toy_dataset(16)
             trl_trainer = GRPOTrainer(
@@ -84,7 +89,7 @@ def trainers(tmp_path_factory, tiny_dir):
             acpo_trainer = ACPOTrainer(
                 model_dir,
                 toy_reward,
-                args=ACPOConfig(**common, policy_loss="ppo_clip", dual_clip_c=None),
+                args=ACPOConfig(**common, policy_loss=policy_loss, dual_clip_c=None),
                 train_dataset=data,
                 processing_class=tokenizer,
             )
@@ -168,3 +173,54 @@ def test_acpo_with_one_bin_equals_fixed_clip_of_its_eps(trainers):
     (g1,) = torch.autograd.grad((acpo_out.per_token_loss * mask).sum(), logps)
     (g2,) = torch.autograd.grad((fixed_out.per_token_loss * mask).sum(), logps)
     torch.testing.assert_close(g1, g2)
+
+
+def assert_same_loss_and_grads(trl_trainer, acpo_trainer, inputs):
+    trl_loss, trl_grads = loss_and_grads(trl_trainer, inputs)
+    our_loss, our_grads = loss_and_grads(acpo_trainer, inputs)
+    torch.testing.assert_close(our_loss, trl_loss, rtol=1e-6, atol=1e-7)
+    assert trl_grads.keys() == our_grads.keys() and trl_grads
+    for name in trl_grads:
+        torch.testing.assert_close(our_grads[name], trl_grads[name], rtol=1e-5, atol=1e-7, msg=name)
+
+
+@pytest.mark.parametrize("options", [
+    {"entropy_coef": 0.1},
+    {"top_entropy_quantile": 0.5},
+    {"entropy_coef": 0.1, "top_entropy_quantile": 0.5},
+    {"off_policy_mask_threshold": 0.05},
+    {"loss_type": "luspo"},
+], ids=lambda o: "+".join(o))
+def test_trl_options_compose_with_a_registry_method_as_in_trl(trainers, options):
+    """TRL's options applied around a registry method (here its GRPO clip) give TRL's loss and gradients."""
+    options = dict(options)
+    trl_trainer, acpo_trainer = trainers(options.pop("loss_type", "grpo"), **options)
+    inputs = make_inputs(trl_trainer.model)
+    assert_same_loss_and_grads(trl_trainer, acpo_trainer, inputs)
+    if "off_policy_mask_threshold" in options:
+        # The mask does drop sequences here (a negative advantage and a large KL to the sampling policy).
+        masked_loss = loss_and_grads(acpo_trainer, inputs)[0]
+        acpo_trainer.off_policy_mask_threshold = None
+        try:
+            assert not torch.allclose(loss_and_grads(acpo_trainer, inputs)[0], masked_loss)
+        finally:
+            acpo_trainer.off_policy_mask_threshold = options["off_policy_mask_threshold"]
+
+
+def test_adaptive_entropy_controller_follows_trl(trainers):
+    trl_trainer, acpo_trainer = trainers("grpo", use_adaptive_entropy=True, entropy_coef=0.05, entropy_target=10.0,
+                                         entropy_coef_delta=0.01)
+    for seed in range(3):  # each call ends an optimizer step (sync_gradients): the coefficient moves as in TRL
+        inputs = make_inputs(trl_trainer.model, seed=seed)
+        assert_same_loss_and_grads(trl_trainer, acpo_trainer, inputs)
+        assert acpo_trainer.entropy_coef == pytest.approx(trl_trainer.entropy_coef)
+        assert acpo_trainer._last_world_entropy == pytest.approx(trl_trainer._last_world_entropy)
+    assert acpo_trainer.entropy_coef == pytest.approx(0.05 + 3 * 0.01)  # the target is above the entropy
+
+
+@pytest.mark.parametrize("loss_type,options", [
+    ("cispo", {}), ("sapo", {}), ("vespo", {}), ("grpo", {"importance_sampling_level": "sequence"}),
+], ids=["cispo", "sapo", "vespo", "gspo"])
+def test_policy_loss_trl_is_grpo_trainers_own_objective(trainers, loss_type, options):
+    trl_trainer, acpo_trainer = trainers(loss_type, policy_loss="trl", **options)
+    assert_same_loss_and_grads(trl_trainer, acpo_trainer, make_inputs(trl_trainer.model))

@@ -270,14 +270,14 @@ def per_bin_metrics(
 
 
 def bin_clipped_loss(inputs: PolicyLossInputs, config, rule: BinClipRule) -> PolicyLossOutput:
-    """The clipped surrogate with each token's range from ``rule`` (ratio bounds of :meth:`BinClipRule.ratio_bounds`)
-    and dual-clip. ``config.acpo_stats_scope == "global"`` reduces the bin statistics over processes; "local" (the
+    """The clipped surrogate with each token's range from ``rule`` (ratio bounds of :meth:`BinClipRule.ratio_bounds`),
+    dual-clip and TRL's ``delta``. ``config.acpo_stats_scope == "global"`` reduces the bin statistics over processes; "local" (the
     authors') uses the micro-batch on this process only."""
     ratio = importance_ratio(inputs.logps, inputs.old_logps)
     all_reduce = inputs.all_reduce if config.acpo_stats_scope == "global" else None
     bins, eps, stats = rule.clip_range(inputs.logps, inputs.old_logps, inputs.mask, all_reduce)
     low, high = rule.ratio_bounds(eps)
-    out = clipped_surrogate(ratio, inputs.advantages, low, high, config.dual_clip_c)
+    out = clipped_surrogate(ratio, inputs.advantages, low, high, config.dual_clip_c, ratio_max=config.delta)
     metrics = per_bin_metrics(rule, bins, stats, out.clipped_high, out.clipped_low, inputs.advantages)
     return PolicyLossOutput(out.loss, metrics, out.clipped_high, out.clipped_low)
 

@@ -5,8 +5,9 @@ with TRL's gradient-accumulation normalisation (all of it here, so that no calle
     bnpo     sum over tokens / number of tokens in the micro-batch
     dr_grpo  sum over tokens / (num sequences * max_completion_length)
     dapo     sum over tokens / number of tokens in the accumulation window (every micro-batch of the optimizer step)
+    luspo    mean over sequences of the token-sum within each sequence       (TRL's length-unbiased aggregation)
 
-The first three are micro-batch means, divided by the number of accumulated micro-batches so that their sum is
+All but dapo are micro-batch means, divided by the number of accumulated micro-batches so that their sum is
 the optimizer step's mean. dapo's denominator already spans the window: TRL counts the valid tokens of the whole
 rollout on all processes (``num_items_in_batch``), and a window holds ``accumulation_steps`` of the rollout's
 ``micro_batches_per_rollout`` micro-batches on each of ``num_processes`` processes.
@@ -18,12 +19,12 @@ from typing import NamedTuple
 
 import torch
 
-LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo")
+LOSS_TYPES = ("grpo", "bnpo", "dr_grpo", "dapo", "luspo")
 
 
 class AggregatedLoss(NamedTuple):
     """``loss``: what the micro-batch back-propagates; ``value``: the micro-batch's objective as TRL logs it
-    (``policy_loss``: before the accumulation division for grpo / bnpo / dr_grpo), detached."""
+    (``policy_loss``: before the accumulation division for all but dapo), detached."""
 
     loss: torch.Tensor
     value: torch.Tensor
@@ -66,6 +67,8 @@ def aggregate_loss(
         if max_completion_length is None:
             raise ValueError("loss_type='dr_grpo' needs `max_completion_length`.")
         value = masked.sum() / (per_token_loss.size(0) * max_completion_length)
+    elif loss_type == "luspo":
+        value = masked.sum(-1).mean()
     else:
         raise ValueError(f"Unknown loss_type {loss_type!r}: expected one of {LOSS_TYPES}.")
     return AggregatedLoss(value / accumulation_steps, value.detach())

@@ -24,6 +24,9 @@ def validate_cispo(config) -> None:
     if not config.cispo_mask_low < 1 < config.cispo_mask_high:
         raise ValueError(f"ACPOConfig.cispo_mask_low={config.cispo_mask_low!r}: the CISPO trust region needs "
                          f"cispo_mask_low < 1 < cispo_mask_high (got {config.cispo_mask_low}, {config.cispo_mask_high}).")
+    if config.delta is not None:
+        raise ValueError(f"ACPOConfig.delta={config.delta!r}: CISPO has no clipped surrogate for TRL's ratio cap to "
+                         "act on (its weight is already clamped at cispo_clip_max); leave delta unset.")
 
 
 @register_policy_loss("cispo", validate=validate_cispo)

@@ -41,7 +41,7 @@ def _entropy_selected_loss(inputs: PolicyLossInputs, config, highest: bool) -> P
     # 1 - f rounded, so that f = 0.2 gives exactly the authors' 0.8 (1 - 0.2 is 0.7999999999999999 in binary)
     fraction = config.entropy_token_fraction if highest else round(1 - config.entropy_token_fraction, 12)
     selected = entropy_rank_mask(inputs.entropies, inputs.mask, fraction, highest)
-    out = fixed_clip_loss(inputs, config.dapo_clip_low, config.dapo_clip_high, config.dual_clip_c)
+    out = fixed_clip_loss(inputs, config.dapo_clip_low, config.dapo_clip_high, config.dual_clip_c, config.delta)
     metrics = dict(out.metrics)
     metrics["entropy/selected_frac"] = ((selected * inputs.mask).sum(), inputs.mask.sum())
     return PolicyLossOutput(out.per_token_loss * selected, metrics, out.clipped_high, out.clipped_low)

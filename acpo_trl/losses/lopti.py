@@ -39,6 +39,7 @@ def ar_lopti_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
         config.ar_lopti_clip_low,
         config.ar_lopti_clip_high,
         config.dual_clip_c,
+        config.delta,
     )
     mask = inputs.mask
     num_tokens = mask.sum()

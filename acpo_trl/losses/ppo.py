@@ -13,7 +13,8 @@ def fixed_clip_loss(
     dual_clip_c: float | None,
     ratio_max: float | None = None,
 ) -> PolicyLossOutput:
-    """l = max(-A r, -A clamp(r, 1 - eps_low, 1 + eps_high)), dual-clipped at -c A for A < 0 when c is set."""
+    """l = max(-A r', -A clamp(r, 1 - eps_low, 1 + eps_high)), dual-clipped at -c A for A < 0 when c is set;
+    r' = min(r, ratio_max) when TRL's ``delta`` is set."""
     ratio = importance_ratio(inputs.logps, inputs.old_logps)
     out = clipped_surrogate(ratio, inputs.advantages, 1 - eps_low, 1 + eps_high, dual_clip_c, ratio_max=ratio_max)
     mask = inputs.mask
@@ -44,4 +45,4 @@ def dapo_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
     Defaults 0.2 / 0.3 as the ACPO authors ran it, with the run's own aggregation. The DAPO paper's recipe is
     0.2 / 0.28 with ``loss_type="dapo"`` (token-mean), plus dynamic sampling and overlong shaping (not here).
     """
-    return fixed_clip_loss(inputs, config.dapo_clip_low, config.dapo_clip_high, config.dual_clip_c)
+    return fixed_clip_loss(inputs, config.dapo_clip_low, config.dapo_clip_high, config.dual_clip_c, config.delta)
