@@ -17,6 +17,8 @@ import os
 import time
 import warnings
 
+from .cli_errors import MissingPackageError, UserError, cli_main, parse_config, user_input
+
 OFFLINE_MODEL = "offline:smollm2"
 
 
@@ -85,7 +87,8 @@ def run(script_args, training_args, model_args, callbacks=None):
     from .tasks import build_task, drop_long_prompts
     from .trainer import ACPOTrainer
 
-    model_path = resolve_model_path(model_args.model_name_or_path)
+    with user_input(ImportError, FileNotFoundError, FileExistsError):  # the offline model's package and cache
+        model_path = resolve_model_path(model_args.model_name_or_path)
     model_init_kwargs = dict(
         revision=model_args.model_revision,
         trust_remote_code=training_args.trust_remote_code,
@@ -95,13 +98,16 @@ def run(script_args, training_args, model_args, callbacks=None):
     model_init_kwargs.update(training_args.model_init_kwargs or {})
     training_args.model_init_kwargs = model_init_kwargs
 
-    task = build_task(script_args, seed=training_args.seed)
-    if script_args.max_prompt_length is not None:
-        from transformers import AutoTokenizer
+    # Reading the task's data: a missing file, a malformed record or an unreachable Hub dataset is the user's to fix.
+    hub_fix = "give a local file, or run once with network access and HF_HUB_OFFLINE unset to cache the dataset"
+    with user_input(FileNotFoundError, ValueError, KeyError), user_input(ConnectionError, fix=hub_fix):
+        task = build_task(script_args, seed=training_args.seed)
+        if script_args.max_prompt_length is not None:
+            from transformers import AutoTokenizer
 
-        tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision,
-                                                  trust_remote_code=training_args.trust_remote_code)
-        task.train_dataset = drop_long_prompts(task.train_dataset, tokenizer, script_args.max_prompt_length)
+            tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision,
+                                                      trust_remote_code=training_args.trust_remote_code)
+            task.train_dataset = drop_long_prompts(task.train_dataset, tokenizer, script_args.max_prompt_length)
     trainer = ACPOTrainer(
         model=model_path,
         reward_funcs=task.reward_funcs,
@@ -159,13 +165,33 @@ def make_parser():
     from .config import ACPOConfig
     from .tasks import ACPOScriptArguments
 
-    return TrlParser((ACPOScriptArguments, ACPOConfig, ModelConfig))
+    return TrlParser((ACPOScriptArguments, ACPOConfig, ModelConfig), prog="acpo-train")
 
 
+def check_inputs(training_args, model_args) -> None:
+    """Fail before any work on what the parsed config asks for but cannot have: a model that is neither a local
+    folder nor a loadable Hub id, vLLM when it is not installed, a push to a Hub that cannot be reached."""
+    from trl.import_utils import is_vllm_available
+
+    from .hub import HubUnreachableError, check_hub_reachable, check_model_source
+
+    if model_args.model_name_or_path is None:
+        raise UserError("model_name_or_path is not set", f"set it in the config, e.g. to {OFFLINE_MODEL}")
+    if model_args.model_name_or_path != OFFLINE_MODEL:
+        check_model_source(model_args.model_name_or_path, revision=model_args.model_revision)
+    if training_args.use_vllm and not is_vllm_available():
+        raise MissingPackageError("vllm", "use_vllm: true", "set use_vllm: false")
+    if training_args.push_to_hub:
+        with user_input(HubUnreachableError):
+            check_hub_reachable()
+
+
+@cli_main("acpo-train")
 def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     warnings.filterwarnings("ignore", category=FutureWarning)  # transformers 5 renames, not ours to fix
-    script_args, training_args, model_args = make_parser().parse_args_and_config(args=argv)
+    script_args, training_args, model_args = parse_config(make_parser(), argv)
+    check_inputs(training_args, model_args)
     run(script_args, training_args, model_args)
 
 

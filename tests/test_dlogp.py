@@ -342,5 +342,6 @@ def test_cli_generate_and_score_on_saved_tiny_models(tmp_path, capsys):
     assert (tmp_path / "score" / "hist_dlogp.png").is_file()
     main(["score", *common, "--out_dir", str(tmp_path / "score2")])  # responses sampled from both models
     assert {r["source"] for r in json.loads((tmp_path / "score2" / "tokens.json").read_text())} == {"rl", "base"}
-    with pytest.raises(SystemExit, match="SOURCE=PATH"):
+    with pytest.raises(SystemExit) as exit_info:
         main(["score", *common, "--responses", "nowhere", "--out_dir", str(tmp_path / "x")])
+    assert exit_info.value.code == 2 and "SOURCE=PATH" in capsys.readouterr().err

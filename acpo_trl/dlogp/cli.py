@@ -12,8 +12,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 
+from ..cli_errors import UserError, cli_main, user_input
 from .decoding import DecodeConfig
 from .runs import METHODS, RunSettings
 from .selection import CRITERIA
@@ -63,33 +63,53 @@ def make_parser() -> argparse.ArgumentParser:
 
 
 def _settings(args, **selection) -> RunSettings:
-    decode = DecodeConfig(top_k=args.top_k, temperature=args.temperature, top_p=args.top_p,
-                          max_new_tokens=args.max_new_tokens, **selection)
-    return RunSettings(decode=decode, k=args.k, batch_size=args.batch_size, seed=args.seed)
+    with user_input(ValueError):  # the decoding flags, checked by DecodeConfig and RunSettings
+        decode = DecodeConfig(top_k=args.top_k, temperature=args.temperature, top_p=args.top_p,
+                              max_new_tokens=args.max_new_tokens, **selection)
+        return RunSettings(decode=decode, k=args.k, batch_size=args.batch_size, seed=args.seed)
+
+
+def _load_pair(args):
+    """(base, rl, tokenizer) after checking that both checkpoints exist."""
+    from ..hub import check_model_source
+    from .runs import OFFLINE, load_pair
+
+    for flag, name in (("--base", args.base), ("--rl", args.rl)):
+        if name != OFFLINE:
+            check_model_source(name, field=flag)
+    # The offline model's package and cache, a bad --dtype, two vocabularies that differ.
+    with user_input(ValueError, ImportError, FileNotFoundError, FileExistsError):
+        return load_pair(args.base, args.rl, args.dtype, args.device)
 
 
 def _benchmark(args):
     from ..evaluation.benchmarks import load_benchmark
 
     if args.benchmark is None:
-        raise SystemExit("acpo-dlogp: --benchmark is required here (the problems to sample).")
-    return load_benchmark(args.benchmark, template=args.template, data_dir=args.data_dir, limit=args.limit)
+        other = ", or score acpo-eval outputs with --responses SOURCE=PATH" if args.command == "score" else ""
+        raise UserError(f"{args.command}: no problems to sample", f"name them with --benchmark, e.g. math500{other}")
+    hub_fix = "give a local file (NAME=PATH or --data_dir), or run once with network access to cache it"
+    with user_input(FileNotFoundError, ValueError, KeyError), user_input(ConnectionError, fix=hub_fix):
+        return load_benchmark(args.benchmark, template=args.template, data_dir=args.data_dir, limit=args.limit)
 
 
 def _score(args) -> None:
-    from .runs import load_pair, read_eval_samples, sample_responses, score_and_analyse
+    from .runs import read_eval_samples, sample_responses, score_and_analyse
     from .scoring import encode_samples
 
     settings = _settings(args)
-    base, rl, tokenizer = load_pair(args.base, args.rl, args.dtype, args.device)
-    groups = {}
+    samples = {}
     for spec in args.responses:
         source, sep, path = spec.partition("=")
         if not sep or not source or not path:
-            raise SystemExit(f"acpo-dlogp: --responses {spec!r} must be SOURCE=PATH (e.g. rl=./eval_rl).")
-        groups[source] = encode_samples(tokenizer, *read_eval_samples(path))
+            raise UserError(f"--responses {spec!r} is not SOURCE=PATH", "e.g. --responses rl=./eval_rl")
+        with user_input(FileNotFoundError, ValueError):
+            samples[source] = read_eval_samples(path)
+    prompts = None if samples else list(_benchmark(args).dataset["prompt"])
+    base, rl, tokenizer = _load_pair(args)
+    with user_input(ValueError):  # responses that do not fit the prompts or the tokenizer
+        groups = {source: encode_samples(tokenizer, *pairs) for source, pairs in samples.items()}
     if not groups:
-        prompts = list(_benchmark(args).dataset["prompt"])
         groups = {m: sample_responses(m, base, rl, tokenizer, prompts, settings) for m in ("rl", "base")}
     files = score_and_analyse(
         base, rl, tokenizer, groups, args.out_dir, batch_size=args.batch_size, chunk_tokens=args.chunk_tokens,
@@ -99,21 +119,19 @@ def _score(args) -> None:
 
 
 def _generate(args) -> None:
-    from .runs import compare_methods, load_pair, write_comparison
+    from .runs import compare_methods, write_comparison
 
     settings = _settings(
         args, criterion=args.criterion, tau=args.tau, gamma=args.gamma, emulate_top_k=args.emulate_top_k
     )
     benchmark = _benchmark(args)
-    base, rl, tokenizer = load_pair(args.base, args.rl, args.dtype, args.device)
+    base, rl, tokenizer = _load_pair(args)
     result = compare_methods(base, rl, tokenizer, benchmark, args.methods, settings)
     files = write_comparison(result, settings, args.out_dir)
     print(files["results.md"].read_text())
 
 
+@cli_main("acpo-dlogp")
 def main(argv: list[str] | None = None) -> None:
     args = make_parser().parse_args(argv)
-    try:
-        (_score if args.command == "score" else _generate)(args)
-    except (ValueError, FileNotFoundError) as error:
-        sys.exit(f"acpo-dlogp: {error}")
+    (_score if args.command == "score" else _generate)(args)

@@ -10,20 +10,31 @@ Flags are ``EvalConfig``'s fields; ``--config run.yaml`` reads them from a YAML 
 
 from __future__ import annotations
 
+from ..cli_errors import cli_main, parse_config, user_input
+
 
 def make_parser():
     from trl import TrlParser
 
     from .config import EvalConfig
 
-    return TrlParser(EvalConfig)
+    return TrlParser(EvalConfig, prog="acpo-eval")
 
 
+@cli_main("acpo-eval")
 def main(argv: list[str] | None = None) -> None:
-    from .runner import RESULTS_JSON, RESULTS_MD, evaluate
+    from ..hub import check_model_source
+    from .runner import RESULTS_JSON, RESULTS_MD, evaluate, load_benchmarks
 
-    (config,) = make_parser().parse_args_and_config(args=argv)
-    result = evaluate(config)
+    (config,) = parse_config(make_parser(), argv)
+    check_model_source(config.model_name_or_path)
+    if config.adapter_path:
+        check_model_source(config.adapter_path, field="adapter_path", markers=("adapter_config.json",))
+    # Reading the benchmarks before the model: a bad name or file fails at once.
+    hub_fix = "give a local file (NAME=PATH or --data_dir), or run once with network access to cache it"
+    with user_input(FileNotFoundError, ValueError, KeyError), user_input(ConnectionError, fix=hub_fix):
+        benchmarks = load_benchmarks(config)
+    result = evaluate(config, benchmarks=benchmarks)
     print(result["table"])
     print(f"Samples and metrics: {config.output_dir}/{RESULTS_JSON}; table: {config.output_dir}/{RESULTS_MD}")
 

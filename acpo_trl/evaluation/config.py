@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .generation import SamplingSettings
+from .generation import SamplingSettings, check_dtype
 
 BACKENDS = ("auto", "vllm", "transformers")
 
@@ -126,6 +126,7 @@ class EvalConfig:
         if self.batch_size is not None and self.batch_size < 1:
             raise ValueError(f"`batch_size` must be >= 1, got {self.batch_size}.")
         self.sampling  # validates temperature, top_p, max_tokens
+        check_dtype(self.dtype)
 
     @property
     def sampling(self) -> SamplingSettings:

@@ -237,6 +237,14 @@ class VLLMBackend:
         ]
 
 
+def check_dtype(dtype: str) -> None:
+    """``dtype`` must be ``"auto"`` or the name of a torch dtype (``from_pretrained``'s ``dtype``)."""
+    import torch
+
+    if dtype != "auto" and not isinstance(getattr(torch, dtype, None), torch.dtype):
+        raise ValueError(f"`dtype` must be 'auto' or a torch dtype name such as 'bfloat16', got {dtype!r}.")
+
+
 def load_model_and_tokenizer(
     model_name_or_path: str, adapter_path: str | None = None, dtype: str = "auto", device: str | None = None
 ):
@@ -245,8 +253,7 @@ def load_model_and_tokenizer(
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    if dtype != "auto" and not isinstance(getattr(torch, dtype, None), torch.dtype):
-        raise ValueError(f"`dtype` must be 'auto' or a torch dtype name such as 'bfloat16', got {dtype!r}.")
+    check_dtype(dtype)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     model = AutoModelForCausalLM.from_pretrained(model_name_or_path, dtype=dtype)
     tokenizer_source = model_name_or_path

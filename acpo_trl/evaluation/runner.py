@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from ..cli_errors import MissingPackageError
 from .benchmarks import Benchmark, load_benchmark
 from .config import EvalConfig
 from .generation import derive_seed, render_prompt, tokenize_prompt
@@ -147,7 +148,7 @@ def build_backend(config: EvalConfig):
         backend = "vllm" if is_vllm_available() and torch.cuda.is_available() else "transformers"
     if backend == "vllm":
         if not is_vllm_available():
-            raise ImportError("backend='vllm' needs vLLM: pip install 'acpo_trl[vllm]' (or use --backend transformers).")
+            raise MissingPackageError("vllm", "backend='vllm'", "use --backend transformers")
         from transformers import AutoTokenizer
 
         from .generation import VLLMBackend
@@ -189,19 +190,8 @@ def _run_settings(config: EvalConfig, backend_name: str, batch_size: int) -> dic
     }
 
 
-def evaluate(config: EvalConfig, backend=None, progress: bool = True) -> dict:
-    """Run (or resume) the evaluation ``config`` describes and write ``results.json`` and ``results.md``.
-
-    Args:
-        config: the run's settings.
-        backend: a ready generation backend (e.g. a ``TransformersBackend`` around an in-memory model); by default
-            one is built from ``config``.
-        progress: show progress bars.
-
-    Returns:
-        ``{"settings", "metrics": {benchmark: {...}}, "macro_average", "table"}``; ``results.json`` holds the same
-        plus ``problems`` (every problem with its prompt, gold columns and samples).
-    """
+def load_benchmarks(config: EvalConfig) -> list[Benchmark]:
+    """The benchmarks ``config.benchmarks`` names, in its order; naming one twice is an error."""
     benchmarks = [
         load_benchmark(spec, config.template, config.data_dir, config.hitab_tables_dir, config.limit)
         for spec in config.benchmarks
@@ -209,6 +199,28 @@ def evaluate(config: EvalConfig, backend=None, progress: bool = True) -> dict:
     names = [b.name for b in benchmarks]
     if len(set(names)) != len(names):
         raise ValueError(f"`benchmarks` names a benchmark twice: {config.benchmarks}.")
+    return benchmarks
+
+
+def evaluate(
+    config: EvalConfig, backend=None, progress: bool = True, benchmarks: list[Benchmark] | None = None
+) -> dict:
+    """Run (or resume) the evaluation ``config`` describes and write ``results.json`` and ``results.md``.
+
+    Args:
+        config: the run's settings.
+        backend: a ready generation backend (e.g. a ``TransformersBackend`` around an in-memory model); by default
+            one is built from ``config``.
+        progress: show progress bars.
+        benchmarks: ``load_benchmarks(config)`` when the caller already loaded them (``acpo-eval`` does, to report
+            a bad name or file before loading the model); by default they are loaded here.
+
+    Returns:
+        ``{"settings", "metrics": {benchmark: {...}}, "macro_average", "table"}``; ``results.json`` holds the same
+        plus ``problems`` (every problem with its prompt, gold columns and samples).
+    """
+    benchmarks = load_benchmarks(config) if benchmarks is None else benchmarks
+    names = [b.name for b in benchmarks]
     backend = backend or build_backend(config)
     batch_size = config.batch_size or (256 if backend.name == "vllm" else 8)
     settings = _run_settings(config, backend.name, batch_size)

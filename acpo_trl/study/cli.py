@@ -32,6 +32,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from ..cli_errors import UserError, cli_main, user_input
 from .recipe import DEFAULT_LAUNCHER, recipe_grid
 from .grids import ALPHAS, DRIFT_VARIANTS, PAPER_METHODS, UPRS, build_grid, drift_grid, estimate_seconds, quick_grid
 from .results import group_of, is_done, load_results
@@ -48,7 +49,7 @@ PILOT_METHODS = ("acpo", "dapo", "cispo")
 def _specs(args) -> list:
     if args.recipe:
         if args.quick or args.pilot or args.drift or args.tasks:
-            raise SystemExit("--recipe: the recipe sets the model and task; drop --quick/--pilot/--drift/--tasks.")
+            raise UserError("--recipe: the recipe sets the model and task", "drop --quick/--pilot/--drift/--tasks")
         return recipe_grid(args.recipe, methods=args.methods or PAPER_METHODS, uprs=args.uprs or UPRS,
                            seeds=range(args.seeds or 8), alphas=ALPHAS if args.alphas is None else args.alphas,
                            steps=args.steps, eval_steps=args.eval_steps,
@@ -176,7 +177,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _check_args(args) -> None:
+    """Unknown --methods / --tasks or a missing --recipe fail before the grid starts, not in each of its runs."""
+    from ..losses import POLICY_LOSSES
+    from .testbed import TASKS
+
+    for flag, given, known in (("--methods", args.methods, [*POLICY_LOSSES, "all"]), ("--tasks", args.tasks, TASKS)):
+        unknown = [name for name in given or () if name not in known]
+        if unknown:
+            raise UserError(f"{flag}: unknown {', '.join(unknown)}", f"choose from {', '.join(sorted(known))}")
+    if args.recipe is not None and not args.recipe.is_file():
+        raise UserError(f"--recipe {args.recipe}: no such file", "give an acpo-train YAML recipe, e.g. from configs/")
+
+
+@cli_main("acpo-study")
 def main(argv: list[str] | None = None) -> int:
+    import yaml
+
     args = build_parser().parse_args(argv)
     if args.command == "_work":
         import torch
@@ -185,15 +202,21 @@ def main(argv: list[str] | None = None) -> int:
         work(args.queue, args.out, args.cache, args.session, log=lambda m: print(m, flush=True))
         return 0
     if args.command == "report":
+        if not (args.out / "runs").is_dir():
+            raise UserError(f"--out {args.out}: no runs", "give the folder that `acpo-study run --out` wrote")
         print(report(args.out, args.plots))
         return 0
     if args.command == "drift":
         from .drift import measure
 
+        if args.config is not None and not Path(args.config).is_file():
+            raise UserError(f"--config {args.config}: no such file", "give an acpo-train YAML recipe, e.g. from configs/")
         measure(args.lrs, args.out, recipe=args.config, upr=args.upr, rollouts=args.rollouts, seed=args.seed)
         print((args.out / "drift.md").read_text())
         return 0
-    specs = _specs(args)
+    _check_args(args)
+    with user_input(ValueError), user_input(yaml.YAMLError, fix=f"fix the YAML syntax of --recipe {args.recipe}"):
+        specs = _specs(args)
     if args.jobs is None:
         args.jobs = 1 if args.recipe else 2
     cache = args.cache or args.out / "warmups"
