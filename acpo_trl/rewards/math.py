@@ -5,16 +5,22 @@ too) and compare it with the gold answer by math-verify (symbolic and numeric eq
 else 0.0. A completion without a complete box scores 0.0; a missing gold (``None``) gives ``None`` (TRL: "not my
 task").
 
-Checks run in three stages, so that a training step is never stalled by one completion:
+Checks run in four stages, so that a training step is never stalled by one completion:
 
 1. a fast check of normalised strings, only where its decision is certainly math-verify's (``fast_score``): equal
    strings, and integers / decimals / integer fractions compared by value;
-2. an LRU cache ``(gold, pred) -> score``;
-3. math-verify (skipping its slow ``simplify`` where the outcome is certain, ``sympy_shortcut``), always in worker
+2. a screen of the predicted answer (``screen_answer``): input that would keep math-verify busy for seconds (too
+   long, too deeply nested, an exponent tower, a huge power) scores 0 without being parsed;
+3. an LRU cache ``(gold, pred) -> score``;
+4. math-verify (skipping its slow ``simplify`` where the outcome is certain, ``sympy_shortcut``), always in worker
    processes (math-verify's signal-based timeouts fail outside the main thread and cannot stop a sympy call stuck
    in C, so they are disabled): each check has a deadline of ``timeout`` seconds; a check past it scores 0 and its
-   worker is killed and replaced. Batches with at least ``parallel_threshold`` such checks are spread over
+   worker is killed and replaced by a spare process started in advance, so that the next check does not wait for
+   an interpreter to start. Batches with at least ``parallel_threshold`` such checks are spread over
    ``num_workers`` processes, smaller ones use one. The completion is only parsed, never executed.
+
+Screened and timed-out answers are logged as warnings and, under TRL, as the metrics ``math_reward/screened`` and
+``math_reward/timed_out`` (fractions of the completions of a call).
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ import sys
 import threading
 import time
 import weakref
-from collections import OrderedDict, deque
+from collections import Counter, OrderedDict, deque
 from fractions import Fraction
 from functools import lru_cache
 from multiprocessing.connection import Connection, wait
@@ -136,6 +142,68 @@ def fast_score(gold: str, pred: str) -> float | None:
     if diff > Fraction(1, 10**5) and diff > max(abs(a), abs(b)) / 10**9:
         return 0.0
     return None
+
+
+# The screen's limits. The gold answers of the six evaluation sets and of ORZ reach at most 210 characters, 4 nested
+# groups, exponents 1 level deep and a 3.1-million-digit power (3^{6567340}); tested in tests/test_math_reward.py.
+MAX_ANSWER_CHARS = 500
+MAX_NESTING = 6
+MAX_EXPONENT_LEVEL = 2  # e^{-x^{2}} passes, x^{x^{x^{x}}} does not
+MAX_POWER_DIGITS = 10**7
+# A command, an escaped character, an integer or any other character (spaces are skipped).
+_SCREEN_TOKEN = re.compile(r"\\[A-Za-z]+|\\.|[0-9]+|\S", re.S)
+_OPENERS, _CLOSERS = frozenset(["{", "(", "[", r"\{"]), frozenset(["}", ")", "]", r"\}"])
+
+
+def screen_answer(answer: str) -> str | None:
+    """Why math-verify must not see the predicted ``answer`` (it would take seconds or hang sympy), else ``None``.
+
+    Rules (math-verify 0.9 on the loaded 2-core development machine: parsing 6 nested braces takes about 1 s, 100
+    nested braces 7 s, 10 nested ``x^{`` 4 s, a 2,000-term sum 1 s; ``10^{10000000}`` takes over 10 s):
+
+    - size: more than ``MAX_ANSWER_CHARS`` characters (a 20,000-term sum);
+    - nesting: more than ``MAX_NESTING`` nested groups ``{ ( [ \\{`` (thousands of nested braces);
+    - exponent tower: a power more than ``MAX_EXPONENT_LEVEL`` levels up, counting an exponent of an exponent and
+      a chained ``a^b^c`` (which latex2sympy reads as ``(a^b)^c``) as one level more (hundreds of nested ``x^{``);
+    - huge number: a number raised to a number inside an exponent (``9^{9^{9}}``, ``(1+x)^{10^{6}}``), or to an
+      integer with more than ``MAX_POWER_DIGITS`` digits in the result (``10^{100000000}``).
+
+    The limits leave room above every gold answer rather than promise speed: what passes and is still slow (the
+    gold ``3^{6567340}`` itself, ``(10^{8})!``) is stopped by the reward's per-check deadline.
+    """
+    if len(answer) > MAX_ANSWER_CHARS:
+        return "size"
+    tokens = _SCREEN_TOKEN.findall(answer)
+
+    def at(k: int) -> str:
+        return tokens[k] if 0 <= k < len(tokens) else ""
+
+    groups: list[int] = []  # per open group: the level of the power it is the exponent of (0: not an exponent)
+    ended: dict[int, int] = {}  # index of a token that ends an exponent -> its power's level (for chains a^b^c)
+    for i, token in enumerate(tokens):
+        if token in _OPENERS:
+            groups.append(ended.pop(i, 0) if token == "{" else 0)
+            if len(groups) > MAX_NESTING:
+                return "nesting"
+        elif token in _CLOSERS and groups:
+            if level := groups.pop():
+                ended[i] = level
+        elif token == "^":
+            level = ended[i - 1] + 1 if i - 1 in ended else max(groups, default=0) + 1
+            if level > MAX_EXPONENT_LEVEL:
+                return "exponent tower"
+            braced = at(i + 1) == "{"
+            exponent = at(i + 2) if braced else at(i + 1)
+            if _is_integer(at(i - 1)) and _is_integer(exponent):
+                whole = not braced or at(i + 3) == "}"  # the exponent is this integer
+                if level > 1 or (whole and int(exponent) * len(at(i - 1)) > MAX_POWER_DIGITS):
+                    return "huge number"
+            ended[i + 1] = level  # a single-token exponent ends here; a group "{" takes the level when it opens
+    return None
+
+
+def _is_integer(token: str) -> bool:
+    return token.isascii() and token.isdigit()
 
 
 @lru_cache(maxsize=1024)
@@ -283,26 +351,38 @@ class _Worker:
     def send(self, pair: tuple[str, str]) -> None:
         self.outbox.send(pair)
 
-    def kill(self) -> None:
+    def kill(self) -> subprocess.Popen:
+        """Kill the process and close the pipes; returns the process, to be reaped later (the kernel can take a
+        while to free a large address space)."""
         self.process.kill()
-        self.process.wait()
         self.outbox.close()
         self.conn.close()
+        return self.process
 
 
 class _Pool:
-    """Persistent checker processes, each check under its own deadline."""
+    """Persistent checker processes, each check under its own deadline, and one spare started in advance that
+    replaces a killed or dead worker without making a check wait for an interpreter to start."""
 
     startup_timeout = 120.0
 
     def __init__(self):
         self.workers: list[_Worker] = []
+        self.spare: _Worker | None = None
+        self.killed: list[subprocess.Popen] = []
         _POOLS.add(self)
+
+    def _fresh_worker(self) -> _Worker:
+        """The spare (started earlier, ready or nearly), or a new process if it died; a new spare starts now."""
+        worker = self.spare if self.spare is not None and self.spare.process.poll() is None else _Worker()
+        self.spare = _Worker()
+        return worker
 
     def run(self, pairs: list[tuple[str, str]], num_workers: int, timeout: float) -> list[float | None]:
         """Scores of ``pairs``; ``None`` for a check that timed out or crashed its worker."""
+        self.killed = [process for process in self.killed if process.poll() is None]  # reap the killed ones
         while len(self.workers) < num_workers:
-            self.workers.append(_Worker())
+            self.workers.append(self._fresh_worker())
         results: list[float | None] = [None] * len(pairs)
         todo = deque(range(len(pairs)))
         idle = [w for w in self.workers[:num_workers] if w.ready]
@@ -358,24 +438,38 @@ class _Pool:
         return results
 
     def _replace(self, worker: _Worker) -> _Worker:
-        worker.kill()
-        new = _Worker()
+        self.killed.append(worker.kill())
+        new = self._fresh_worker()
         self.workers[self.workers.index(worker)] = new
         return new
 
     def close(self) -> None:
-        for worker in self.workers:
-            worker.kill()
-        self.workers = []
+        """Kill every process of the pool and wait for them."""
+        workers = [*self.workers, *([self.spare] if self.spare is not None else [])]
+        for process in [*(worker.kill() for worker in workers), *self.killed]:
+            process.wait()
+        self.workers, self.spare, self.killed = [], None, []
 
 
 _POOLS: weakref.WeakSet[_Pool] = weakref.WeakSet()
+_REWARDS: weakref.WeakSet[MathReward] = weakref.WeakSet()
 
 
 @atexit.register
 def _close_pools() -> None:  # a worker stuck in sympy would not notice the closed pipe
     for pool in list(_POOLS):
         pool.close()
+
+
+def _forget_after_fork() -> None:
+    """In a forked child: the parent's checker processes and locks are not this process's to use or to kill, so
+    every reward starts afresh (its processes start on its first call)."""
+    _POOLS.clear()
+    for reward in list(_REWARDS):
+        reward._setup()
+
+
+os.register_at_fork(after_in_child=_forget_after_fork)
 
 
 def _default_num_workers() -> int:
@@ -387,7 +481,8 @@ class MathReward:
     """Callable MATH reward with TRL's signature (see the module docstring for the rule and the stages).
 
     Args:
-        timeout: seconds allowed to one math-verify check (parse + verify) before it scores 0.
+        timeout: seconds allowed to one math-verify check (parse + verify) before it scores 0. With the spare
+            process that replaces a killed worker, a completion is decided within 1 s at the default 0.9 s.
         num_workers: checker processes for large batches (default: available cores, at most 8).
         parallel_threshold: batches with at least this many math-verify checks use ``num_workers`` processes,
             smaller ones one process.
@@ -398,7 +493,7 @@ class MathReward:
 
     def __init__(
         self,
-        timeout: float = 5.0,
+        timeout: float = 0.9,
         num_workers: int | None = None,
         parallel_threshold: int = 32,
         cache_size: int = 4096,
@@ -417,6 +512,7 @@ class MathReward:
         self._cache: OrderedDict[tuple[str, str], float] = OrderedDict()
         self._pool: _Pool | None = None
         self._lock = threading.Lock()
+        _REWARDS.add(self)
 
     def __getstate__(self):
         return {k: getattr(self, k) for k in ("timeout", "num_workers", "parallel_threshold", "cache_size")}
@@ -431,7 +527,7 @@ class MathReward:
             f"parallel_threshold={self.parallel_threshold}, cache_size={self.cache_size})"
         )
 
-    def __call__(self, prompts=None, completions=None, answer=None, **kwargs) -> list[float | None]:
+    def __call__(self, prompts=None, completions=None, answer=None, log_metric=None, **kwargs) -> list[float | None]:
         if completions is None or answer is None:
             raise ValueError(
                 "math_reward needs `completions` and the gold column `answer` (one string per completion): "
@@ -442,22 +538,36 @@ class MathReward:
         golds = [gold_answer(gold) for gold in answer]
         preds = [last_boxed(completion_text(c)) for c in completions]
         with self._lock:  # one call at a time: the cache and the checker processes are shared
-            return self._score([None if p is None else _strip_dollars(p) for p in preds], golds)
+            scores, screened, timed_out = self._score([None if p is None else _strip_dollars(p) for p in preds], golds)
+        if screened:
+            reasons = ", ".join(f"{reason} {count}" for reason, count in sorted(screened.items()))
+            logger.warning("math_reward: %d answer(s) screened out before math-verify (%s); they score 0.",
+                           screened.total(), reasons)
+        if log_metric is not None:  # TRL's GRPOTrainer passes it: averaged over the logging step
+            log_metric("math_reward/screened", screened.total() / max(1, len(scores)))
+            log_metric("math_reward/timed_out", timed_out / max(1, len(scores)))
+        return scores
 
-    def _score(self, preds: list[str | None], golds: list[str | None]) -> list[float | None]:
+    def _score(self, preds: list[str | None], golds: list[str | None]) -> tuple[list[float | None], Counter, int]:
+        """Scores, the screen's rejections by reason, and the number of checks that timed out or crashed."""
         scores: list[float | None] = []
+        screened: Counter[str] = Counter()
         slow: dict[tuple[str, str], list[int]] = {}
         for i, (pred, gold) in enumerate(zip(preds, golds)):
             if gold is None or pred is None:
                 scores.append(None if gold is None else 0.0)
                 continue
             score = fast_score(normalize_answer(gold), normalize_answer(pred))
-            if score is None and (gold, pred) in self._cache:
+            if score is None and (reason := screen_answer(pred)) is not None:
+                screened[reason] += 1
+                score = 0.0
+            elif score is None and (gold, pred) in self._cache:
                 self._cache.move_to_end((gold, pred))
                 score = self._cache[(gold, pred)]
             elif score is None:
                 slow.setdefault((gold, pred), []).append(i)
             scores.append(score)
+        timed_out = 0
         if slow:
             pairs = list(slow)
             if self._pool is None:
@@ -466,11 +576,13 @@ class MathReward:
             for pair, score in zip(pairs, self._pool.run(pairs, num_workers, self.timeout)):
                 for i in slow[pair]:
                     scores[i] = 0.0 if score is None else score
-                if score is not None:  # a timeout may be load, not the input: check it again next time
+                if score is None:  # a timeout may be load, not the input: check it again next time
+                    timed_out += len(slow[pair])
+                else:
                     self._cache[pair] = score
             while len(self._cache) > self.cache_size:
                 self._cache.popitem(last=False)
-        return scores
+        return scores, screened, timed_out
 
     def close(self) -> None:
         """Stop the checker processes (they also stop with the interpreter); a later call starts new ones."""
