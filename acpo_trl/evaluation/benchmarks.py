@@ -10,6 +10,8 @@ Loaders and rewards are the task modules' own (``acpo_trl.data.*``, ``acpo_trl.r
 
 from __future__ import annotations
 
+import functools
+
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -36,13 +38,25 @@ class Benchmark:
     reward_func: Callable
 
 
+EVAL_MATH_TIMEOUT = 5.0  # seconds per math-verify check when scoring a benchmark
+
+
+@functools.lru_cache(maxsize=None)
+def _eval_math_reward():
+    """The math reward of the benchmarks: training's bounds every check at 0.9 s so that no completion stalls a step,
+    but an evaluation must not score 0 a correct answer that is merely slow to verify (the longest Minerva golds took
+    1-2 s on a loaded 2-core machine), so its deadline is 5 s. One instance: its checker processes are reused."""
+    from ..rewards.math import MathReward
+
+    return MathReward(timeout=EVAL_MATH_TIMEOUT)
+
+
 def _math(name: str, path: str | None, data_dir: str | None, template: str, hitab_tables_dir: str | None):
     from ..data.math import load_math_eval
-    from ..rewards.math import math_reward
 
     if path is None and data_dir is not None:
         path = str(Path(data_dir) / "math_eval" / MATH_BENCHMARKS[name] / "test.jsonl")
-    return load_math_eval(name, path=path, template=template), math_reward
+    return load_math_eval(name, path=path, template=template), _eval_math_reward()
 
 
 def _hitab(name: str, path: str | None, data_dir: str | None, template: str, hitab_tables_dir: str | None):
