@@ -28,12 +28,16 @@ REGIME_TITLES = {"near_on_policy": "near on-policy", "off_policy": "off-policy"}
 METHODS = {
     "acpo": {"policy_loss": "acpo", "acpo_num_bins": 5, "acpo_alpha": 3.0, "acpo_base_clip": 0.2,
              "acpo_clip_min": 0.0, "acpo_clip_max": 3.0, "acpo_stats_scope": "local"},
+    "acpo_log": {"policy_loss": "acpo_log", "acpo_num_bins": 5, "acpo_alpha": 3.0, "acpo_base_clip": 0.2,
+                 "acpo_clip_min": 0.0, "acpo_clip_max": 3.0, "acpo_stats_scope": "local"},
     "grpo": {"policy_loss": "ppo_clip", "epsilon": 0.2},
     "dapo": {"policy_loss": "dapo", "dapo_clip_low": 0.2, "dapo_clip_high": 0.3},
     "cispo": {"policy_loss": "cispo", "cispo_clip_max": 1.45, "cispo_mask": True, "cispo_mask_low": 0.8,
               "cispo_mask_high": 1.3},
-    "high_entropy": {"policy_loss": "high_entropy", "entropy_token_fraction": 0.2, "epsilon": 0.2},
-    "low_entropy": {"policy_loss": "low_entropy", "entropy_token_fraction": 0.2, "epsilon": 0.2},
+    "high_entropy": {"policy_loss": "high_entropy", "entropy_token_fraction": 0.2, "dapo_clip_low": 0.2,
+                     "dapo_clip_high": 0.3},
+    "low_entropy": {"policy_loss": "low_entropy", "entropy_token_fraction": 0.2, "dapo_clip_low": 0.2,
+                    "dapo_clip_high": 0.3},
     "ar_lopti": {"policy_loss": "ar_lopti", "ar_weight_c": 0.3, "lopti_prob_threshold": 0.5,
                  "ar_lopti_clip_low": 0.2, "ar_lopti_clip_high": 0.24},
     "dlogp_reweight": {"policy_loss": "dlogp_reweight", "reweight_c": 0.2, "reweight_base_loss": "dapo",
@@ -41,11 +45,14 @@ METHODS = {
 }
 METHOD_NOTES = {
     "acpo": "bin-wise adaptive clipping, the paper's run (not the reference YAML's alpha 1, min 0.05, max 0.5)",
+    "acpo_log": "THIS PACKAGE'S VARIANT, not in the paper: ACPO's bins, eps_b from the within-bin std of log r, r clipped "
+                "to [e^-eps_b, e^eps_b], so the lower clip never vanishes (the paper's alpha, base and clamp)",
     "grpo": "GRPO = TRL's fixed clip [0.8, 1.2], plus the shared dual-clip",
     "dapo": "clip-higher only, as the ACPO authors ran it (the DAPO paper: 0.28, with dynamic sampling)",
     "cispo": "the ACPO authors' CISPO: detached clamp(r, 0, 1.45), tokens outside (0.8, 1.3) dropped, no dual-clip",
-    "high_entropy": "fixed clip on the top 20% highest-entropy tokens of each sequence",
-    "low_entropy": "fixed clip on the bottom 80% of each sequence by entropy",
+    "high_entropy": "clip [0.8, 1.3] (the authors' launcher's, as for every PPO-style baseline) on the top 20% "
+                    "highest-entropy tokens of each sequence",
+    "low_entropy": "clip [0.8, 1.3] on the bottom 80% of each sequence by entropy (k = max(1, int(0.8 n)) tokens)",
     "ar_lopti": "A' = (0.3 p_old + 0.7) A; pass 1 on tokens with p_old < 0.5, pass 2 on the others. ACPOConfig "
                 "sets num_iterations=2 itself: TWICE the optimizer updates per rollout of the other methods",
     "dlogp_reweight": "A' = (1 + 0.2 (1 - p_old)) A fed to this table's DAPO (0.2/0.3, dual-clip 3), so that it "

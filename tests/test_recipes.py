@@ -21,7 +21,7 @@ RECIPES = sorted(p for p in CONFIGS.glob("*/*.yaml") if p.parent not in (ACCELER
 # The paper's regimes table: regime -> prompts per rollout, prompts per optimizer update, updates per rollout.
 PAPER = {"near_on_policy": (128, 64, 2), "off_policy": (256, 16, 16)}
 GROUP_SIZE = 10
-MATH_METHODS = ["acpo", "grpo", "dapo", "cispo", "high_entropy", "low_entropy", "ar_lopti", "dlogp_reweight"]
+MATH_METHODS = ["acpo", "acpo_log", "grpo", "dapo", "cispo", "high_entropy", "low_entropy", "ar_lopti", "dlogp_reweight"]
 POLICY_LOSS = {"grpo": "ppo_clip"}  # file name -> policy_loss where they differ
 MODELS = {"qwen2.5-3b": "Qwen/Qwen2.5-3B", "qwen2.5-7b": "Qwen/Qwen2.5-7B"}
 NAME = re.compile(r"(?P<model>qwen2\.5-\d+b)_(?P<method>\w+?)_(?P<regime>near_on_policy|off_policy)")
