@@ -53,6 +53,15 @@ def loss_and_grads(trainer, inputs):
     return loss.detach(), grads
 
 
+def assert_same_loss_and_grads(trl_trainer, acpo_trainer, inputs):
+    trl_loss, trl_grads = loss_and_grads(trl_trainer, inputs)
+    our_loss, our_grads = loss_and_grads(acpo_trainer, inputs)
+    torch.testing.assert_close(our_loss, trl_loss, rtol=1e-6, atol=1e-7)
+    assert trl_grads.keys() == our_grads.keys() and trl_grads
+    for name in trl_grads:
+        torch.testing.assert_close(our_grads[name], trl_grads[name], rtol=1e-5, atol=1e-7, msg=name)
+
+
 @pytest.fixture(scope="module")
 def trainers(tmp_path_factory, tiny_dir):
     """Build the GRPOTrainer / ACPOTrainer pairs once per configuration (TRL trainers are slow to build)."""
@@ -106,12 +115,7 @@ def trainers(tmp_path_factory, tiny_dir):
 def test_ppo_clip_equals_trl(trainers, loss_type, off_policy):
     trl_trainer, acpo_trainer = trainers(loss_type)
     inputs = make_inputs(trl_trainer.model, off_policy=off_policy)
-    trl_loss, trl_grads = loss_and_grads(trl_trainer, inputs)
-    our_loss, our_grads = loss_and_grads(acpo_trainer, inputs)
-    torch.testing.assert_close(our_loss, trl_loss, rtol=1e-6, atol=1e-7)
-    assert trl_grads.keys() == our_grads.keys() and trl_grads
-    for name in trl_grads:
-        torch.testing.assert_close(our_grads[name], trl_grads[name], rtol=1e-5, atol=1e-7, msg=name)
+    assert_same_loss_and_grads(trl_trainer, acpo_trainer, inputs)
     if off_policy:
         # The inputs do exercise the clip (otherwise the comparison would be vacuous).
         assert acpo_trainer._metrics["train"]["clip_ratio/region_mean"][-1] > 0
@@ -124,11 +128,7 @@ def test_ppo_clip_equals_trl(trainers, loss_type, off_policy):
 def test_kl_and_delta_equal_trl(trainers, beta, delta):
     trl_trainer, acpo_trainer = trainers("grpo", beta=beta, delta=delta)
     inputs = make_inputs(trl_trainer.model, beta=beta)
-    trl_loss, trl_grads = loss_and_grads(trl_trainer, inputs)
-    our_loss, our_grads = loss_and_grads(acpo_trainer, inputs)
-    torch.testing.assert_close(our_loss, trl_loss, rtol=1e-6, atol=1e-7)
-    for name in trl_grads:
-        torch.testing.assert_close(our_grads[name], trl_grads[name], rtol=1e-5, atol=1e-7, msg=name)
+    assert_same_loss_and_grads(trl_trainer, acpo_trainer, inputs)
     if beta:
         assert acpo_trainer._metrics["train"]["kl"][-1] == pytest.approx(trl_trainer._metrics["train"]["kl"][-1])
 
@@ -140,14 +140,10 @@ def test_vllm_importance_sampling_correction_is_applied(trainers):
     for t in (trl_trainer, acpo_trainer):
         t.use_vllm = t.vllm_importance_sampling_correction = True
     try:
-        trl_loss, trl_grads = loss_and_grads(trl_trainer, inputs)
-        our_loss, our_grads = loss_and_grads(acpo_trainer, inputs)
+        assert_same_loss_and_grads(trl_trainer, acpo_trainer, inputs)
     finally:
         for t in (trl_trainer, acpo_trainer):
             t.use_vllm = False
-    torch.testing.assert_close(our_loss, trl_loss, rtol=1e-6, atol=1e-7)
-    for name in trl_grads:
-        torch.testing.assert_close(our_grads[name], trl_grads[name], rtol=1e-5, atol=1e-7, msg=name)
 
 
 def test_acpo_with_one_bin_equals_fixed_clip_of_its_eps(trainers):
@@ -173,15 +169,6 @@ def test_acpo_with_one_bin_equals_fixed_clip_of_its_eps(trainers):
     (g1,) = torch.autograd.grad((acpo_out.per_token_loss * mask).sum(), logps)
     (g2,) = torch.autograd.grad((fixed_out.per_token_loss * mask).sum(), logps)
     torch.testing.assert_close(g1, g2)
-
-
-def assert_same_loss_and_grads(trl_trainer, acpo_trainer, inputs):
-    trl_loss, trl_grads = loss_and_grads(trl_trainer, inputs)
-    our_loss, our_grads = loss_and_grads(acpo_trainer, inputs)
-    torch.testing.assert_close(our_loss, trl_loss, rtol=1e-6, atol=1e-7)
-    assert trl_grads.keys() == our_grads.keys() and trl_grads
-    for name in trl_grads:
-        torch.testing.assert_close(our_grads[name], trl_grads[name], rtol=1e-5, atol=1e-7, msg=name)
 
 
 @pytest.mark.parametrize("options", [
