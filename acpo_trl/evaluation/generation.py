@@ -177,7 +177,8 @@ def vllm_cpu_defaults(enforce_eager: bool | None) -> dict:
       variable) is set: without either, the CPU build asks for ``gpu_memory_utilization`` (0.9) of the RAM for
       the KV cache and refuses to start when that much is not free;
     - ``enforce_eager=True`` unless ``enforce_eager`` is given: otherwise vLLM compiles its CPU graphs with
-      inductor at every start (about 100 s per engine on 2 cores, measured), which pays off only for long runs.
+      inductor at every start (100-200 s per engine on 2 cores, measured; no clear gain for small models in
+      benchmarks/vllm_generation.py).
 
     With a GPU build nothing is added but an explicit ``enforce_eager``.
     """
