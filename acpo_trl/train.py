@@ -170,10 +170,12 @@ def make_parser():
 
 def check_inputs(training_args, model_args) -> None:
     """Fail before any work on what the parsed config asks for but cannot have: a model that is neither a local
-    folder nor a loadable Hub id, vLLM when it is not installed, a push to a Hub that cannot be reached."""
+    folder nor a loadable Hub id, vLLM when it is not installed or there is no GPU, a push to a Hub that cannot be
+    reached."""
     from trl.import_utils import is_vllm_available
 
     from .hub import HubUnreachableError, check_hub_reachable, check_model_source
+    from .vllm_check import check_vllm_device
 
     if model_args.model_name_or_path is None:
         raise UserError("model_name_or_path is not set", f"set it in the config, e.g. to {OFFLINE_MODEL}")
@@ -181,6 +183,8 @@ def check_inputs(training_args, model_args) -> None:
         check_model_source(model_args.model_name_or_path, revision=model_args.model_revision)
     if training_args.use_vllm and not is_vllm_available():
         raise MissingPackageError("vllm", "use_vllm: true", "set use_vllm: false")
+    with user_input(ValueError):
+        check_vllm_device(training_args)  # vLLM without a GPU: refused before the model is loaded
     if training_args.push_to_hub:
         with user_input(HubUnreachableError):
             check_hub_reachable()

@@ -22,6 +22,7 @@ from trl import GRPOTrainer
 from .config import ACPOConfig
 from .hub import HubUnreachableError, check_hub_reachable
 from .losses import AggregatedLoss, PolicyLossInputs, aggregate_loss, reduce_metrics
+from .vllm_check import check_vllm_device
 
 # Model inputs that TRL's batches may carry besides ids and masks (multimodal models), forwarded as they are.
 _EXTRA_FORWARD_KEYS = (
@@ -69,6 +70,7 @@ class ACPOTrainer(GRPOTrainer):
                 f"ACPOTrainer needs `args` to be an ACPOConfig, got {type(args).__name__}. "
                 "Build one with ACPOConfig(...) (it accepts every GRPOConfig field)."
             )
+        check_vllm_device(args)
         super().__init__(model, reward_funcs, args, *pargs, **kwargs)
         self.method = args.method  # None: TRL's own objective
         self.method_needs = self.method.needs_for(args) if self.method is not None else frozenset()

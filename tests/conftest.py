@@ -29,6 +29,19 @@ def tiny_dir(tmp_path_factory):
     return str(path)
 
 
+@pytest.fixture(scope="session")
+def tiny_vllm_dir(tmp_path_factory):
+    """A tiny model vLLM can serve, saved in float32 with its tokenizer: hidden size 128 over 4 heads gives 32-dim
+    attention heads, the smallest head size of vLLM's CPU attention (the default tiny model's 16 is refused)."""
+    from acpo_trl.toy import build_tiny_model
+
+    path = tmp_path_factory.mktemp("tiny_vllm")
+    model, tokenizer = build_tiny_model(seed=0, hidden_size=128)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
 def trainer_kwargs(tmp_path, **overrides):
     """Small CPU settings shared by the trainer tests."""
     kwargs = dict(

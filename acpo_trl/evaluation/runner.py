@@ -166,6 +166,7 @@ def build_backend(config: EvalConfig):
             dtype=config.dtype,
             max_model_len=config.max_model_len,
             seed=config.seeds[0],
+            enforce_eager=config.enforce_eager,
         )
     from .generation import TransformersBackend, load_model_and_tokenizer
 
