@@ -34,6 +34,8 @@ class ACPOScriptArguments(ScriptArguments):
         countdown_min_numbers / countdown_max_numbers (`int`, defaults to `3` / `4`): size of generated tasks.
         countdown_format_score (`float`, defaults to `0.0`): Countdown format credit (0.1 = TinyZero).
         addition_digits (`int`, defaults to `1`): digits of each operand of the addition task.
+        addition_shots (`int`, defaults to `0`): addition task, chat template: solved examples given as earlier
+            turns of the conversation before each question.
         hitab_tables_dir (`str`, *optional*): folder of HiTab table JSON files.
         eval_dataset_name (`str`, *optional*): held-out data (HiTab samples, or a Countdown file).
         max_prompt_length (`int`, *optional*): drop training prompts longer than this many tokens (the paper: 1024),
@@ -56,6 +58,7 @@ class ACPOScriptArguments(ScriptArguments):
     countdown_max_numbers: int = field(default=4, metadata={"help": "Generated Countdown: most numbers."})
     countdown_format_score: float = field(default=0.0, metadata={"help": "Countdown format credit (TinyZero: 0.1)."})
     addition_digits: int = field(default=1, metadata={"help": "Addition task: digits per operand."})
+    addition_shots: int = field(default=0, metadata={"help": "Addition task (chat): solved examples as earlier turns."})
     hitab_tables_dir: str | None = field(default=None, metadata={"help": "HiTab: folder of table JSON files."})
     eval_dataset_name: str | None = field(default=None, metadata={"help": "Held-out data file (hitab, countdown)."})
     max_prompt_length: int | None = field(
@@ -136,18 +139,35 @@ def _hitab(args: ACPOScriptArguments, seed: int) -> Task:
 ADDITION_INSTRUCTION = "Put your final answer within \\boxed{}, for example: 2 + 2 = \\boxed{4}."
 
 
-def addition_dataset(num_tasks: int, digits: int, seed: int, template: str):
-    """``num_tasks`` problems "What is a + b?" with ``digits``-digit operands (seeded), answer in \\boxed{}."""
+def addition_dataset(num_tasks: int, digits: int, seed: int, template: str, shots: int = 0):
+    """``num_tasks`` problems "What is a + b?" with ``digits``-digit operands (seeded), answer in \\boxed{}.
+
+    With ``shots`` > 0 (chat template only) the question follows that many solved examples as earlier turns of the
+    conversation (user "What is a + b?", assistant "\\boxed{a + b}"; the same examples for every problem, the
+    instruction in the first turn): a small instruct model then answers in the format, in a few tokens."""
     from datasets import Dataset
 
     from .data.templates import build_prompt
 
-    rng = random.Random(seed)
+    if shots and template != "chat":
+        raise ValueError(f"ACPOScriptArguments.addition_shots={shots}: solved examples are earlier chat turns; set "
+                         "prompt_template: chat (or addition_shots: 0).")
     low, high = (0 if digits == 1 else 10 ** (digits - 1)), 10**digits - 1
+    examples_rng = random.Random(f"addition-shots-{digits}")
+    history = []
+    for i in range(shots):
+        a, b = examples_rng.randint(low, high), examples_rng.randint(low, high)
+        question = build_prompt(f"What is {a} + {b}?", ADDITION_INSTRUCTION, template) if i == 0 else [
+            {"role": "user", "content": f"What is {a} + {b}?"}]
+        history += question + [{"role": "assistant", "content": f"\\boxed{{{a + b}}}"}]
+    rng = random.Random(seed)
     rows = {"prompt": [], "answer": []}
     for _ in range(num_tasks):
         a, b = rng.randint(low, high), rng.randint(low, high)
-        rows["prompt"].append(build_prompt(f"What is {a} + {b}?", ADDITION_INSTRUCTION, template))
+        if history:
+            rows["prompt"].append(history + [{"role": "user", "content": f"What is {a} + {b}?"}])
+        else:
+            rows["prompt"].append(build_prompt(f"What is {a} + {b}?", ADDITION_INSTRUCTION, template))
         rows["answer"].append(str(a + b))
     return Dataset.from_dict(rows)
 
@@ -155,9 +175,9 @@ def addition_dataset(num_tasks: int, digits: int, seed: int, template: str):
 def _addition(args: ACPOScriptArguments, seed: int) -> Task:
     from .rewards.math import math_reward
 
-    train = addition_dataset(args.num_train_tasks, args.addition_digits, seed, args.prompt_template)
-    held_out = addition_dataset(args.num_eval_tasks, args.addition_digits, seed + 10_000, args.prompt_template)
-    return Task(train, held_out, [math_reward])
+    build = lambda n, s: addition_dataset(n, args.addition_digits, s, args.prompt_template,  # noqa: E731
+                                          args.addition_shots)
+    return Task(build(args.num_train_tasks, seed), build(args.num_eval_tasks, seed + 10_000), [math_reward])
 
 
 def _toy(args: ACPOScriptArguments, seed: int) -> Task:

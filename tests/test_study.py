@@ -223,3 +223,30 @@ def test_drift_command_measures_ratio_dispersion_per_update_and_bin(tmp_path, ti
     assert main(["drift", "--config", str(recipe), "--lrs", "3e-2", "--upr", "3", "--rollouts", "1",
                  "--out", str(out)]) == 0  # resumable: a measured lr is not rerun
     assert "already measured" in capsys.readouterr().out
+
+
+def test_drift_map_places_each_variant_at_its_measured_drift(tmp_path):
+    """Per variant and level: the measured drift (bin-0 ratio std at the last update of the upr-16 runs), the final
+    accuracies, the drop with its interval; the real model's measured drift marked on the figure."""
+    from acpo_trl.study.drift import drift_map
+
+    def result(variant, lr, upr, seed, acc, drift):
+        group = "add2" if lr == 5e-4 else f"add2@lr{lr:g}"
+        return {"spec": {"task": "add2", "upr": upr, "seed": seed, "lr": lr, "method": variant}, "variant": variant,
+                "group": group, "run_id": f"{group}/{variant}/upr{upr}/seed{seed}", "final_sampled": acc,
+                "last_evals_mean": acc, "start_sampled": 0.4, "collapsed": False, "mean_angle_deg": None,
+                "diagnostics": {"bins": {"ratio_std": {f"{upr - 1},0": drift}}}}
+
+    results = []
+    for seed in range(3):
+        for lr, drift, far in ((5e-4, 0.6, 0.3), (5e-6, 0.1, 0.6)):
+            results += [result("acpo", lr, 2, seed, 0.6, 0.01), result("acpo", lr, 16, seed, far + 0.01 * seed, drift)]
+            results += [result("dapo", lr, 2, seed, 0.6, 0.01), result("dapo", lr, 16, seed, 0.6, drift / 2)]
+    reference = {"settings": {"updates_per_rollout": 16}, "runs": {"1e-06": {
+        "lr": 1e-6, "model": "smollm2", "bins": {"ratio_std": {"15,0": 0.095}}}}}
+    lines = drift_map(results, "add2", reference, tmp_path / "map.png")
+    rows = {(cols[0], cols[1]): cols for cols in (line.strip("| ").split(" | ") for line in lines[2:])}
+    assert rows[("`acpo`", "0.0005")][2] == "0.600" and rows[("`acpo`", "5e-06")][2] == "0.100"
+    assert rows[("`acpo`", "0.0005")][5].startswith("+48.3% [")  # (0.6 - 0.31) / 0.6
+    assert rows[("`dapo`", "5e-06")][5].startswith("+0.0%") and rows[("`dapo`", "5e-06")][2] == "0.050"
+    assert (tmp_path / "map.png").stat().st_size > 1000

@@ -88,6 +88,7 @@ def report(out_dir: Path, plots: str = "some") -> str:
     plot_dir = out_dir / "plots"
     plot_dir.mkdir(exist_ok=True)
     _learning_curves(results, plot_dir)
+    _drift_maps(results, out_dir, plot_dir)
     if plots != "none":
         chosen = {}
         for r in results:
@@ -104,6 +105,25 @@ def report(out_dir: Path, plots: str = "some") -> str:
             plot_bins_vs_k(entries, str(plot_dir / f"{name}_bins.png"), title)
             plot_gradient_diagnostics(entries, str(plot_dir / f"{name}_grad.png"), title)
     return table
+
+
+def _drift_maps(results: list[dict], out_dir: Path, plot_dir: Path) -> None:
+    """``drift_map.md`` and ``plots/<task>_drift_map.png`` for every task run at several learning rates (drift
+    levels), with the real model's drift from ``OUT/drift_smollm2/drift.json`` marked when it is there."""
+    import json
+
+    from .drift import drift_map
+
+    tasks = sorted({r["spec"]["task"] for r in results
+                    if len({s["spec"].get("lr") for s in results if s["spec"]["task"] == r["spec"]["task"]}) > 1})
+    if not tasks:
+        return
+    measured = out_dir / "drift_smollm2" / "drift.json"
+    reference = json.loads(measured.read_text()) if measured.exists() else None
+    lines = ["## The drift map", ""]
+    for task in tasks:
+        lines += [f"### {task}", "", *drift_map(results, task, reference, plot_dir / f"{task}_drift_map.png"), ""]
+    (out_dir / "drift_map.md").write_text("\n".join(lines))
 
 
 def _learning_curves(results: list[dict], plot_dir: Path) -> None:

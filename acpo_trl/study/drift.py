@@ -164,3 +164,86 @@ def plot(data: dict, path: Path) -> None:
     axes[1].axhline(1.0, color="grey", lw=0.8, ls="--")  # above 1 the low clip 1 - eps vanishes
     axes[0].legend(fontsize=7)
     save_figure(plt, fig, str(path), f"drift with {upr} updates per rollout")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The drift map: the study's methods across drift levels, against the measured drift
+
+
+def run_drift(result: dict, k: int | None = None) -> float:
+    """A run's drift: the bin-0 ratio std at the last update of its rollouts (k = upr - 1), mean over the run."""
+    upr = result["spec"]["upr"]
+    value = result.get("diagnostics", {}).get("bins", {}).get("ratio_std", {}).get(f"{upr - 1 if k is None else k},0")
+    return math.nan if value is None else value
+
+
+def drift_map(results: list[dict], task: str, reference: dict | None, out_png: Path, upr: int = 16) -> list[str]:
+    """Per variant and drift level of ``task`` (its groups: the task at each learning rate): the measured drift of its
+    ``upr``-update runs, its final accuracy at the smallest upr and at ``upr``, and the relative drop between them
+    with its 95% bootstrap interval. Writes the figure (drop and final accuracy against the measured drift, one line
+    per variant; ``reference``'s drift at each of its learning rates marked) and returns the Markdown table."""
+    from .results import group_of
+    from .table import summarize
+
+    runs = [r for r in results if r["spec"]["task"] == task and r["spec"]["upr"] in (2, upr)]
+    summary = summarize(runs)
+    levels = sorted({(r["spec"].get("lr", 5e-4), group_of(r)) for r in runs}, reverse=True)
+    rows, curves = [], {}
+    for lr, group in levels:
+        data = summary[group]
+        if upr not in data["uprs"] or len(data["uprs"]) < 2:
+            continue
+        near = data["uprs"][0]
+        for variant, row in sorted(data["rows"].items()):
+            drifts = [run_drift(r) for r in runs if group_of(r) == group and r["variant"] == variant
+                      and r["spec"]["upr"] == upr]
+            drifts = [d for d in drifts if math.isfinite(d)]
+            if not drifts or not row["regimes"][upr]["n"] or not row["regimes"][near]["n"]:
+                continue
+            drift = sum(drifts) / len(drifts)
+            drop, (lo, hi) = row["drop"][upr], row["drop_ci"][upr]
+            final_near, final_far = row["regimes"][near]["final"], row["regimes"][upr]["final"]
+            rows.append((variant, lr, drift, final_near, final_far, drop, lo, hi, row["regimes"][upr]["n"]))
+            curves.setdefault(variant, []).append((drift, drop, lo, hi, final_far[0]))
+    lines = [f"| variant | lr | bin-0 ratio std at k = {upr - 1} (upr {upr}) | final acc, upr 2 | final acc, upr {upr} | "
+             f"drop 2→{upr} [95% CI] | seeds |", "|---|---|---|---|---|---|---|"]
+    for variant, lr, drift, near, far, drop, lo, hi, n in sorted(rows, key=lambda r: (r[0], r[2])):
+        interval = "" if math.isnan(lo) else f" [{100 * lo:+.0f}, {100 * hi:+.0f}]"
+        lines.append(f"| `{variant}` | {lr:g} | {drift:.3f} | {near[0]:.3f} ± {near[1]:.3f} | {far[0]:.3f} ± {far[1]:.3f} "
+                     f"| {100 * drop:+.1f}%{interval} | {n} |")
+    _plot_drift_map(curves, reference, out_png, task, upr)
+    return lines
+
+
+def _plot_drift_map(curves: dict, reference: dict | None, out_png: Path, task: str, upr: int) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..plots import save_figure
+
+    fig, (ax_drop, ax_acc) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for index, (variant, points) in enumerate(sorted(curves.items())):
+        points.sort()
+        x = [p[0] for p in points]
+        y = [100 * p[1] for p in points]
+        err = [[100 * (p[1] - p[2]) if math.isfinite(p[2]) else 0 for p in points],
+               [100 * (p[3] - p[1]) if math.isfinite(p[3]) else 0 for p in points]]
+        ax_drop.errorbar(x, y, yerr=err, marker="o", ms=4, capsize=3, lw=1.2, color=f"C{index}", label=variant)
+        ax_acc.plot(x, [p[4] for p in points], marker="o", ms=4, lw=1.2, color=f"C{index}", label=variant)
+    for ax in (ax_drop, ax_acc):
+        if reference:
+            for key, run in sorted(reference["runs"].items(), key=lambda kv: kv[1]["lr"]):
+                value = cell(reference, key, "ratio_std", upr - 1, 0)
+                if math.isfinite(value):
+                    ax.axvline(value, color="grey", ls="--", lw=0.8)
+                    ax.text(value, 0.98, f" {run['model'].split('/')[-1]} lr {key}", rotation=90, va="top",
+                            fontsize=6, color="grey", transform=ax.get_xaxis_transform())
+        ax.set_xscale("log")
+        ax.set_xlabel(f"measured drift: bin-0 ratio std at the last of {upr} updates per rollout")
+    ax_drop.axhline(0, color="black", lw=0.6)
+    ax_drop.set(ylabel=f"relative drop of final accuracy, upr 2 → {upr} (%)", title=f"{task}: robustness to drift")
+    ax_acc.set(ylabel=f"final held-out accuracy at upr {upr}", title=f"{task}: accuracy off-policy")
+    ax_drop.legend(fontsize=7)
+    save_figure(plt, fig, str(out_png))
