@@ -10,7 +10,7 @@ import os
 
 import pytest
 
-from .expectations import EXPECTED_FAILURES, KNOWN_ACPO_GAPS
+from .expectations import EXPECTED_FAILURES
 from .offline_hub import build_offline_hub
 from .upstream import PACKAGE, PEER_DIR, TESTS_DIR, missing_repos, peer_trainer_name, use_local_zen
 
@@ -57,13 +57,6 @@ def restore_start_method():
         multiprocessing.set_start_method(method, force=True)
 
 
-def _known_gaps_as_xfails() -> bool:
-    value = os.environ.get("ACPO_PEER_KNOWN_GAPS", "")
-    if value not in ("", "xfail"):
-        raise pytest.UsageError(f"ACPO_PEER_KNOWN_GAPS={value!r}: unset it, or set it to 'xfail'.")
-    return value == "xfail" and peer_trainer_name() == "acpo"
-
-
 def _upstream_id(item: pytest.Function) -> str:
     """``Class::test[params]``: the test's id within the upstream module (the same under both trainers)."""
     return item.nodeid.split("::", 1)[1]
@@ -71,11 +64,8 @@ def _upstream_id(item: pytest.Function) -> str:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config, items):
-    """Skip upstream tests that need repositories the offline hub does not build; mark the expected failures
-    (and, with ``ACPO_PEER_KNOWN_GAPS=xfail``, the tests ACPOTrainer fails today)."""
-    xfails = dict(EXPECTED_FAILURES)
-    if _known_gaps_as_xfails():
-        xfails.update(KNOWN_ACPO_GAPS)
+    """Skip upstream tests that need repositories the offline hub does not build; mark the expected failures."""
+    xfails = EXPECTED_FAILURES
     for item in items:
         if not getattr(item, "function", None) or not item.function.__module__.startswith(PACKAGE):
             continue  # not an upstream test

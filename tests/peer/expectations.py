@@ -52,39 +52,3 @@ EXPECTED_FAILURES: dict[str, tuple[type[BaseException], str]] = {
         "with 278 tokens some completions end, so the loss is not 0",
     ),
 }
-
-_ENTROPY_BONUS = "ACPOConfig refuses entropy_coef != 0 (TRL's entropy bonus)"
-_SEQUENCE_IS = "ACPOConfig refuses importance_sampling_level='sequence' (GSPO)"
-
-#: Tests that fail on ACPOTrainer today, each with a ValueError from ACPOConfig refusing a TRL option (issue 16,
-#: point 1). Not expected failures: listed only so that ACPO_PEER_KNOWN_GAPS=xfail can set them aside (as strict
-#: xfails, ACPO trainer only) until that work lands; delete entries as they pass, then this list and the variable.
-KNOWN_ACPO_GAPS: dict[str, tuple[type[BaseException], str]] = {
-    **{
-        f"TestGRPOTrainer::test_train_loss_types[{loss}-False]": (ValueError, f"ACPOConfig refuses loss_type={loss!r}")
-        for loss in ("cispo", "sapo", "luspo", "vespo")
-    },
-    "TestGRPOTrainer::test_entropy_bonus_scale[luspo]": (ValueError, "ACPOConfig refuses loss_type='luspo'"),
-    **{
-        f"TestGRPOTrainer::test_entropy_bonus_scale[{loss}]": (ValueError, _ENTROPY_BONUS)
-        for loss in ("grpo", "dr_grpo", "dapo")
-    },
-    "TestGRPOTrainer::test_entropy_bonus_flows_gradients": (ValueError, _ENTROPY_BONUS),
-    "TestGRPOTrainer::test_train_with_static_entropy": (ValueError, _ENTROPY_BONUS),
-    "TestGRPOTrainer::test_train_with_adaptive_entropy": (ValueError, _ENTROPY_BONUS),
-    "TestGRPOTrainer::test_train_with_adaptive_entropy_gradient_accumulation": (ValueError, _ENTROPY_BONUS),
-    "TestGRPOTrainer::test_train_sequence_importance_sampling": (ValueError, _SEQUENCE_IS),
-    **{
-        f"TestGRPOTrainer::test_warning_raised_sequence_level_with_token_summed_loss[{loss}]": (
-            ValueError,
-            _SEQUENCE_IS,
-        )
-        for loss in ("grpo", "bnpo", "dr_grpo", "dapo")
-    },
-    "TestGRPOTrainer::test_warning_raised_sequence_level_with_token_summed_loss[cispo]": (
-        ValueError,
-        "ACPOConfig refuses loss_type='cispo' (and importance_sampling_level='sequence')",
-    ),
-    "TestGRPOTrainer::test_train_with_off_policy_mask": (ValueError, "ACPOConfig refuses off_policy_mask_threshold"),
-    "TestGRPOTrainer::test_train_with_entropy_filter": (ValueError, "ACPOConfig refuses top_entropy_quantile < 1"),
-}

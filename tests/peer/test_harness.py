@@ -5,7 +5,7 @@ import ast
 
 import pytest
 
-from .expectations import EXPECTED_FAILURES, KNOWN_ACPO_GAPS
+from .expectations import EXPECTED_FAILURES
 from .offline_hub import CAUSAL_LM_ID, QWEN2_5_ADDED_TOKENS, REWARD_MODEL_ID, ZEN_ID
 from .upstream import ABSENT, PEER_DIR, TESTS_DIR
 
@@ -79,7 +79,7 @@ def test_zen_is_generated_by_the_upstream_script():
     assert [row["prompt"] for row in streamed] == splits["test"]["prompt"]
 
 
-@pytest.mark.parametrize("test_id", sorted({**EXPECTED_FAILURES, **KNOWN_ACPO_GAPS}))
+@pytest.mark.parametrize("test_id", sorted(EXPECTED_FAILURES))
 def test_expectations_name_upstream_tests(test_id):
     """A listed id must name an upstream test (an entry for a test that no longer exists would be dead)."""
     from .upstream import upstream_test_module

@@ -31,9 +31,20 @@ ABSENT = f"TRL's GRPO tests not found at {PEER_DIR} (set ACPO_PEER_DIR to a fold
 #: ``ACPO_PEER_TRAINER``: "acpo" (default) runs the tests on ACPOTrainer, "grpo" on TRL's GRPOTrainer itself.
 TRAINERS = ("acpo", "grpo")
 
-#: The config the tests get in place of ``GRPOConfig``: ``ACPOConfig`` with these fields fixed, so that the
-#: objective is TRL's fixed-clip PPO loss. The one place to change when ACPO gains another way to ask for it.
+#: The registry method the tests run where they ask for TRL's clipped objective: TRL's fixed clip, without this
+#: package's dual-clip, computed by ACPOTrainer's own loss path (so TRL's options are exercised through it).
 ACPO_PEER_CONFIG = {"policy_loss": "ppo_clip", "dual_clip_c": None}
+
+
+def acpo_peer_config(*args, **kwargs):
+    """What a TRL user writes to switch to ``ACPOConfig``: TRL's fixed clip as a registry method
+    (:data:`ACPO_PEER_CONFIG`), or ``policy_loss="trl"`` where the test asks for one of TRL's own objectives
+    (``loss_type`` cispo / sapo / vespo, GSPO's sequence-level importance sampling), which no registry method is."""
+    from acpo_trl import ACPOConfig
+    from acpo_trl.config import TRL_LOSS, TRL_OBJECTIVES
+
+    trl_objective = kwargs.get("loss_type") in TRL_OBJECTIVES or kwargs.get("importance_sampling_level") == "sequence"
+    return ACPOConfig(*args, **kwargs, **({"policy_loss": TRL_LOSS} if trl_objective else ACPO_PEER_CONFIG))
 
 #: Hub organisations the upstream file names repositories of (other "a/b" strings in it are metric names).
 _HUB_ORGS = ("trl-internal-testing", "Qwen", "HuggingFaceTB", "kernels-community")
@@ -72,10 +83,10 @@ def upstream_test_module() -> types.ModuleType:
     """``test_grpo_trainer``, its ``GRPOTrainer`` / ``GRPOConfig`` bound to the trainer ``ACPO_PEER_TRAINER`` names."""
     module = _import("test_grpo_trainer")
     if peer_trainer_name() == "acpo":
-        from acpo_trl import ACPOConfig, ACPOTrainer
+        from acpo_trl import ACPOTrainer
 
         module.GRPOTrainer = ACPOTrainer
-        module.GRPOConfig = functools.partial(ACPOConfig, **ACPO_PEER_CONFIG)
+        module.GRPOConfig = acpo_peer_config
     return module
 
 
