@@ -34,8 +34,8 @@ class ACPOScriptArguments(ScriptArguments):
         countdown_min_numbers / countdown_max_numbers (`int`, defaults to `3` / `4`): size of generated tasks.
         countdown_format_score (`float`, defaults to `0.0`): Countdown format credit (0.1 = TinyZero).
         addition_digits (`int`, defaults to `1`): digits of each operand of the addition task.
-        addition_shots (`int`, defaults to `0`): addition task, chat template: solved examples given as earlier
-            turns of the conversation before each question.
+        addition_shots (`int`, defaults to `0`): addition task, chat template: this many solved examples (at most 6)
+            as earlier turns of the conversation before each question, in place of the instruction.
         hitab_tables_dir (`str`, *optional*): folder of HiTab table JSON files.
         eval_dataset_name (`str`, *optional*): held-out data (HiTab samples, or a Countdown file).
         max_prompt_length (`int`, *optional*): drop training prompts longer than this many tokens (the paper: 1024),
@@ -137,14 +137,16 @@ def _hitab(args: ACPOScriptArguments, seed: int) -> Task:
 
 
 ADDITION_INSTRUCTION = "Put your final answer within \\boxed{}, for example: 2 + 2 = \\boxed{4}."
+# Solved examples for ``addition_shots``: they show the answer format in place of the instruction.
+ADDITION_EXAMPLES = ((2, 3), (4, 4), (7, 1), (5, 8), (6, 2), (9, 7))
 
 
 def addition_dataset(num_tasks: int, digits: int, seed: int, template: str, shots: int = 0):
     """``num_tasks`` problems "What is a + b?" with ``digits``-digit operands (seeded), answer in \\boxed{}.
 
-    With ``shots`` > 0 (chat template only) the question follows that many solved examples as earlier turns of the
-    conversation (user "What is a + b?", assistant "\\boxed{a + b}"; the same examples for every problem, the
-    instruction in the first turn): a small instruct model then answers in the format, in a few tokens."""
+    With ``shots`` > 0 (chat template only) the question follows the first ``shots`` of ``ADDITION_EXAMPLES`` as
+    earlier turns of the conversation (user "What is a + b?", assistant "\\boxed{a + b}") instead of the instruction:
+    a small instruct model then answers in the format, in a few tokens."""
     from datasets import Dataset
 
     from .data.templates import build_prompt
@@ -152,14 +154,12 @@ def addition_dataset(num_tasks: int, digits: int, seed: int, template: str, shot
     if shots and template != "chat":
         raise ValueError(f"ACPOScriptArguments.addition_shots={shots}: solved examples are earlier chat turns; set "
                          "prompt_template: chat (or addition_shots: 0).")
-    low, high = (0 if digits == 1 else 10 ** (digits - 1)), 10**digits - 1
-    examples_rng = random.Random(f"addition-shots-{digits}")
+    if not 0 <= shots <= len(ADDITION_EXAMPLES):
+        raise ValueError(f"ACPOScriptArguments.addition_shots={shots}: must be in [0, {len(ADDITION_EXAMPLES)}].")
     history = []
-    for i in range(shots):
-        a, b = examples_rng.randint(low, high), examples_rng.randint(low, high)
-        question = build_prompt(f"What is {a} + {b}?", ADDITION_INSTRUCTION, template) if i == 0 else [
-            {"role": "user", "content": f"What is {a} + {b}?"}]
-        history += question + [{"role": "assistant", "content": f"\\boxed{{{a + b}}}"}]
+    for a, b in ADDITION_EXAMPLES[:shots]:
+        history += [{"role": "user", "content": f"What is {a} + {b}?"}, {"role": "assistant", "content": f"\\boxed{{{a + b}}}"}]
+    low, high = (0 if digits == 1 else 10 ** (digits - 1)), 10**digits - 1
     rng = random.Random(seed)
     rows = {"prompt": [], "answer": []}
     for _ in range(num_tasks):

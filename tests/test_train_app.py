@@ -156,3 +156,25 @@ def test_demo_recipe_is_the_offline_off_policy_run():
     assert (script_args.task, script_args.report) == ("addition", True)
     assert training_args.use_cpu and training_args.policy_loss == "acpo"
     assert training_args.updates_per_rollout == 4 and not training_args.is_on_policy
+
+
+def test_addition_task_with_solved_examples_as_earlier_turns():
+    import re
+
+    from acpo_trl.tasks import ADDITION_INSTRUCTION, addition_dataset
+
+    data = addition_dataset(6, 1, 0, "chat", shots=2)
+    for prompt, answer in zip(data["prompt"], data["answer"]):
+        assert [m["role"] for m in prompt] == ["user", "assistant", "user", "assistant", "user"]
+        assert prompt[:4] == [{"role": "user", "content": "What is 2 + 3?"}, {"role": "assistant", "content": "\\boxed{5}"},
+                              {"role": "user", "content": "What is 4 + 4?"}, {"role": "assistant", "content": "\\boxed{8}"}]
+        a, b = map(int, re.fullmatch(r"What is (\d) \+ (\d)\?", prompt[-1]["content"]).groups())
+        assert str(a + b) == answer
+    # The same problems without examples: one turn with the instruction.
+    plain = addition_dataset(6, 1, 0, "chat")
+    assert plain["answer"] == data["answer"]
+    assert plain["prompt"][0] == [{"role": "user", "content": f"{data['prompt'][0][-1]['content']}\n{ADDITION_INSTRUCTION}"}]
+    with pytest.raises(ValueError, match="addition_shots=2: solved examples are earlier chat turns"):
+        addition_dataset(2, 1, 0, "base", shots=2)
+    with pytest.raises(ValueError, match=r"addition_shots=7: must be in \[0, 6\]"):
+        addition_dataset(2, 1, 0, "chat", shots=7)
