@@ -156,6 +156,7 @@ def test_demo_recipe_is_the_offline_off_policy_run():
     assert (script_args.task, script_args.report) == ("addition", True)
     assert training_args.use_cpu and training_args.policy_loss == "acpo"
     assert training_args.updates_per_rollout == 4 and not training_args.is_on_policy
+    assert training_args.loss_type == "dapo"  # the per-sequence mean drifts to long completions here (demo.yaml)
 
 
 def test_addition_task_with_solved_examples_as_earlier_turns():
