@@ -219,6 +219,7 @@ def test_drift_command_measures_ratio_dispersion_per_update_and_bin(tmp_path, ti
     table = (out / "drift.md").read_text()
     assert "| 0.03 | 2 |" in table and "| 0.0001 | 1 |" in table
     assert (out / "drift.png").stat().st_size > 1000
+    assert [p.name for p in (out / "lr0.03").iterdir()] == ["metrics.jsonl"]  # the trained weights are not kept
     capsys.readouterr()
     assert main(["drift", "--config", str(recipe), "--lrs", "3e-2", "--upr", "3", "--rollouts", "1",
                  "--out", str(out)]) == 0  # resumable: a measured lr is not rerun
