@@ -55,6 +55,7 @@ def drift_argv(recipe: str | None, lr: float, upr: int, rollouts: int, seed: int
     return argv + [
         f"--learning_rate={lr}", f"--steps_per_generation={upr}", f"--max_steps={upr * rollouts}", f"--seed={seed}",
         "--diagnostics=true", "--diagnostics_grad_every=0", "--report=false", "--push_to_hub=false",
+        "--save_strategy=no",
         f"--output_dir={output_dir}",
     ]
 
