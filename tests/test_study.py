@@ -108,6 +108,15 @@ def test_quick_grid_runs_resumes_and_redoes_only_an_interrupted_run(tmp_path, ca
     assert (out / "runs" / lost.run_id / "result.json").exists()
     assert stamps == {s.run_id: (out / "runs" / s.run_id / "result.json").stat().st_mtime_ns for s in specs[1:]}
 
+    # A fresh clone has the result.json files but no metrics.jsonl (git does not keep them): the report still runs,
+    # says which runs' plots it cannot redraw, and leaves their committed plots alone.
+    (out / "runs" / "add1/acpo/upr2/seed0/metrics.jsonl").unlink()
+    plot = out / "plots" / "add1_acpo_upr2_seed0_bins.png"
+    plot.write_bytes(b"committed")
+    capsys.readouterr()
+    assert main(["report", "--out", str(out)]) == 0
+    assert "no metrics.jsonl" in capsys.readouterr().out and plot.read_bytes() == b"committed"
+
 
 # ---------------------------------------------------------------------------------------------------------------
 # The study through a recipe: each cell an acpo-train run; the GPU recipe, built but not run here.
