@@ -252,6 +252,7 @@ def test_drift_map_places_each_variant_at_its_measured_drift(tmp_path):
         for lr, drift, far in ((5e-4, 0.6, 0.3), (5e-6, 0.1, 0.6)):
             results += [result("acpo", lr, 2, seed, 0.6, 0.01), result("acpo", lr, 16, seed, far + 0.01 * seed, drift)]
             results += [result("dapo", lr, 2, seed, 0.6, 0.01), result("dapo", lr, 16, seed, 0.6, drift / 2)]
+        results += [result("ppo_clip", 5e-4, 2, seed, 0.6, 0.01), result("ppo_clip", 5e-4, 16, seed, 0.6, 0.5)]
     reference = {"settings": {"updates_per_rollout": 16}, "runs": {"1e-06": {
         "lr": 1e-6, "model": "smollm2", "bins": {"ratio_std": {"15,0": 0.095}}}}}
     lines = drift_map(results, "add2", reference, tmp_path / "map.png")
@@ -259,4 +260,5 @@ def test_drift_map_places_each_variant_at_its_measured_drift(tmp_path):
     assert rows[("`acpo`", "0.0005")][2] == "0.600" and rows[("`acpo`", "5e-06")][2] == "0.100"
     assert rows[("`acpo`", "0.0005")][5].startswith("+48.3% [")  # (0.6 - 0.31) / 0.6
     assert rows[("`dapo`", "5e-06")][5].startswith("+0.0%") and rows[("`dapo`", "5e-06")][2] == "0.050"
+    assert not any(variant == "`ppo_clip`" for variant, _ in rows)  # one level only: no curve to draw
     assert (tmp_path / "map.png").stat().st_size > 1000
