@@ -123,7 +123,8 @@ def write_table(data: dict, path: Path) -> str:
         "",
         f"Means over {data['settings']['rollouts']} rollouts (seed {data['settings']['seed']}) of the per-micro-batch "
         "statistics, per probability bin 0..4 (current probability, ACPO's bins). eps: what ACPO's rule (alpha 3, base "
-        "0.2, clamp [0, 3]) would set; clip %: the share of the bin's A > 0 / A < 0 tokens that eps clips.",
+        "0.2, clamp [0, 3]) would set; clip %: the share of the bin's A > 0 / A < 0 tokens that eps clips (-: none "
+        "in the bin).",
         "",
         "| lr | k | ratio std, bins 0..4 | log-ratio std, bins 0..4 | ACPO eps, bins 0..4 | ACPO clip % A>0 / A<0, bin 0 |",
         "|---|---|---|---|---|---|",
@@ -134,7 +135,7 @@ def write_table(data: dict, path: Path) -> str:
             for metric, fmt in (("ratio_std", "{:.3f}"), ("logratio_std", "{:.3f}"), ("acpo_eps", "{:.2f}")):
                 row.append(" / ".join(fmt.format(cell(data, key, metric, k, b)) for b in range(5)))
             clip = [100 * cell(data, key, f"acpo_clip_frac_{s}", k, 0) for s in ("pos", "neg")]
-            row.append(f"{clip[0]:.1f} / {clip[1]:.1f}")
+            row.append(" / ".join("-" if math.isnan(c) else f"{c:.1f}" for c in clip))  # -: no such token
             lines.append("| " + " | ".join(row) + " |")
     text = "\n".join(lines) + "\n"
     path.write_text(text)
