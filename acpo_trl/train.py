@@ -73,10 +73,11 @@ def write_diagnostics_plots(entries: list[dict], training_args) -> list[str]:
     return out
 
 
-def run(script_args, training_args, model_args, callbacks=None):
+def run(script_args, training_args, model_args, callbacks=None, save_model=True):
     """Build the task and the trainer, train, save; with ``report``, evaluate before/after and write the outputs.
 
-    ``callbacks``: extra ``TrainerCallback`` objects. Returns the trainer."""
+    ``callbacks``: extra ``TrainerCallback`` objects; ``save_model=False`` keeps the trained weights in memory only
+    (a measurement run). Returns the trainer."""
     from transformers import PrinterCallback, ProgressCallback
     from trl import get_peft_config, get_quantization_config
 
@@ -139,7 +140,8 @@ def run(script_args, training_args, model_args, callbacks=None):
     start = time.time()
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     wall_s = time.time() - start
-    trainer.save_model(training_args.output_dir)
+    if save_model:
+        trainer.save_model(training_args.output_dir)
 
     if evaluator is not None:
         after = evaluator.evaluate()

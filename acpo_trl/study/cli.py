@@ -98,12 +98,13 @@ def report(out_dir: Path, plots: str = "some") -> str:
                 if key not in chosen or spec["seed"] < chosen[key]["spec"]["seed"]:
                     chosen[key] = r
         # A run's metrics.jsonl is not kept by git: in a fresh clone the committed plots of earlier runs stay.
-        missing = [r for r in chosen.values() if not (out_dir / "runs" / r["run_id"] / "metrics.jsonl").exists()]
+        missing = sorted(r["run_id"] for r in chosen.values()
+                         if not (out_dir / "runs" / r["run_id"] / "metrics.jsonl").exists())
         if missing:
             print(f"per-run plots: {len(missing)} of {len(chosen)} chosen runs have no metrics.jsonl (git does not "
-                  "keep it; run them here to redraw): " + ", ".join(sorted(r["run_id"] for r in missing)))
+                  "keep it; run them here to redraw): " + ", ".join(missing))
         for (task, variant, upr), r in sorted(chosen.items()):
-            if r in missing:
+            if r["run_id"] in missing:
                 continue
             entries = read_metrics(str(out_dir / "runs" / r["run_id"] / "metrics.jsonl"))
             name = f"{task}_{variant}_upr{upr}_seed{r['spec']['seed']}".replace("=", "").replace(")", "")

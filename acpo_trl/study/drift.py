@@ -87,10 +87,8 @@ def measure(lrs: list[float], out_dir: str | Path, *, recipe: str | None = None,
         metrics_path = run_dir / "metrics.jsonl"
         metrics_path.unlink(missing_ok=True)
         log(f"lr {key}: {upr * rollouts} optimizer steps ({rollouts} rollouts of {upr} updates)")
-        trainer = run(script_args, training_args, model_args, callbacks=[MetricsJSONLCallback(str(metrics_path))])
-        for saved in run_dir.iterdir():  # the trained weights are not part of the measurement
-            if saved.is_file() and saved != metrics_path:
-                saved.unlink()
+        trainer = run(script_args, training_args, model_args, callbacks=[MetricsJSONLCallback(str(metrics_path))],
+                      save_model=False)  # the trained weights are not part of the measurement
         entries = read_metrics(str(metrics_path))
         table = bin_table(entries)
         data["runs"][key] = {
