@@ -262,3 +262,30 @@ def test_drift_map_places_each_variant_at_its_measured_drift(tmp_path):
     assert rows[("`dapo`", "5e-06")][5].startswith("+0.0%") and rows[("`dapo`", "5e-06")][2] == "0.050"
     assert not any(variant == "`ppo_clip`" for variant, _ in rows)  # one level only: no curve to draw
     assert (tmp_path / "map.png").stat().st_size > 1000
+
+
+def test_drift_grid_reuses_the_committed_runs_and_runs_the_core_variants_first(capsys):
+    """The extreme level's cells of the committed grid's variants are its runs (same ids and specs: not rerun); the
+    core variants come whole seed by whole seed before ACPO alpha 0.5 and the fixed clip; ``--levels`` narrows."""
+    from acpo_trl.study.cli import main
+    from acpo_trl.study.grids import DRIFT_CORE_VARIANTS, DRIFT_LEVELS, PAPER_METHODS, build_grid, drift_grid
+
+    specs = drift_grid(seeds=range(2))
+    assert len(specs) == 3 * 7 * 2 * 2 and len({s.run_id for s in specs}) == len(specs)
+    committed = {s.run_id: s for s in build_grid(tasks=("add2",), methods=PAPER_METHODS, uprs=(2, 16), seeds=range(2))}
+    extreme = [s for s in specs if s.lr == DRIFT_LEVELS[0].lr]
+    assert all(committed[s.run_id] == s for s in extreme if s.run_id in committed)
+    new = {s.run_id.split("/")[1] for s in extreme if s.run_id not in committed}
+    assert new == {"acpo-alpha1-clip0.05-0.5", "acpo_log"}  # the two variants the committed grid did not have
+    core = {(m, a, c) for m, a, c in DRIFT_CORE_VARIANTS}
+    kinds = [(s.method, s.alpha, s.clip) in core for s in specs]
+    assert kinds == sorted(kinds, reverse=True)  # every core cell before every other
+    assert [s.seed for s in specs[: kinds.count(True)]] == sorted(s.seed for s in specs[: kinds.count(True)])
+    assert {s.run_id.split("/")[1] for s in specs if not (s.method, s.alpha, s.clip) in core} == {
+        "acpo-alpha0.5", "ppo_clip"}
+
+    assert main(["plan", "--drift", "--levels", "between", "--seeds", "1", "--out", "/nonexistent"]) == 0
+    assert capsys.readouterr().out.startswith("14 runs (14 to do)")  # one level: 7 variants x 2 uprs
+    with pytest.raises(SystemExit) as err:
+        main(["plan", "--levels", "between", "--out", "/nonexistent"])
+    assert err.value.code == 2 and "--levels: only the drift grid" in capsys.readouterr().err

@@ -6,7 +6,8 @@
     acpo-study run --pilot --out DIR     1 seed of a few cells at the full settings (learning check, timing)
     acpo-study run --drift --out study/  the drift grid: add2 x 3 drift levels (the testbed's learning rate, from the
                                          committed grid's to one matched to a real LM) x ACPO (paper, authors'
-                                         defaults), acpo_log, DAPO, CISPO x upr 2/16 x 8 seeds
+                                         defaults), acpo_log, DAPO, CISPO, then ACPO alpha 0.5 and the fixed clip,
+                                         x upr 2/16 x 8 seeds (`--levels between` narrows it to a level)
     acpo-study plan [--quick|--pilot|--drift]
                                          the runs it would do and their estimated time, without running them
     acpo-study report --out DIR          table.md, learning curves and diagnostics PNGs from finished runs
@@ -18,7 +19,7 @@
                                          recipe R (GPU; --launcher "accelerate launch ... -m acpo_trl.train")
 
 Every option of ``run`` can narrow the grid (``--tasks``, ``--methods``, ``--uprs``, ``--seeds``, ``--alphas``,
-``--steps``). Rerunning the same command skips the finished runs.
+``--steps``; ``--levels`` with ``--drift``). Rerunning the same command skips the finished runs.
 """
 
 from __future__ import annotations
@@ -34,7 +35,8 @@ from pathlib import Path
 
 from ..cli_errors import UserError, cli_main, user_input
 from .recipe import DEFAULT_LAUNCHER, recipe_grid
-from .grids import ALPHAS, DRIFT_VARIANTS, PAPER_METHODS, UPRS, build_grid, drift_grid, estimate_seconds, quick_grid
+from .grids import (ALPHAS, DRIFT_LEVELS, DRIFT_VARIANTS, PAPER_METHODS, UPRS, build_grid, drift_grid, estimate_seconds,
+                    quick_grid)
 from .results import group_of, is_done, load_results
 from .runner import run_grid, work
 from .testbed import RunSpec
@@ -58,7 +60,8 @@ def _specs(args) -> list:
         return quick_grid()
     if args.drift:
         variants = [v for v in DRIFT_VARIANTS if not args.methods or v[0] in args.methods]
-        return drift_grid(tasks=args.tasks or ("add2",), variants=variants, uprs=args.uprs or (2, 16),
+        levels = [level for level in DRIFT_LEVELS if not args.levels or level.name in args.levels]
+        return drift_grid(tasks=args.tasks or ("add2",), levels=levels, variants=variants, uprs=args.uprs or (2, 16),
                           seeds=range(args.seeds or 8))
     base = RunSpec()
     if args.steps:
@@ -179,6 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
                        help="--recipe: the command that runs acpo-train (default: python -m acpo_trl.train)")
         p.add_argument("--eval-steps", type=int, default=50, help="--recipe: held-out evaluation every N steps")
         p.add_argument("--tasks", nargs="+", default=None)
+        p.add_argument("--levels", nargs="+", default=None,
+                       help=f"--drift: drift levels ({', '.join(level.name for level in DRIFT_LEVELS)}; default all)")
         p.add_argument("--methods", nargs="+", default=None,
                        help=f"policy losses (default {' '.join(PAPER_METHODS)}; 'all': every registered one)")
         p.add_argument("--uprs", nargs="+", type=int, default=None)
@@ -214,6 +219,13 @@ def _check_args(args) -> None:
         unknown = [name for name in given or () if name not in known]
         if unknown:
             raise UserError(f"{flag}: unknown {', '.join(unknown)}", f"choose from {', '.join(sorted(known))}")
+    if args.levels is not None:
+        names = [level.name for level in DRIFT_LEVELS]
+        if not args.drift:
+            raise UserError("--levels: only the drift grid has drift levels", "add --drift, or drop --levels")
+        unknown = [name for name in args.levels if name not in names]
+        if unknown:
+            raise UserError(f"--levels: unknown {', '.join(unknown)}", f"choose from {', '.join(names)}")
     if args.recipe is not None and not args.recipe.is_file():
         raise UserError(f"--recipe {args.recipe}: no such file", "give an acpo-train YAML recipe, e.g. from configs/")
 

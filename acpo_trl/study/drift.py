@@ -230,27 +230,36 @@ def _plot_drift_map(curves: dict, reference: dict | None, out_png: Path, task: s
 
     from ..plots import save_figure
 
-    fig, (ax_drop, ax_acc) = plt.subplots(1, 2, figsize=(12, 4.5))
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
+
+    fig, (ax_drop, ax_acc) = plt.subplots(1, 2, figsize=(13, 4.8))
+    markers = "osD^vP*Xh"
     for index, (variant, points) in enumerate(sorted(curves.items())):
         points.sort()
         x = [p[0] for p in points]
         y = [100 * p[1] for p in points]
         err = [[100 * (p[1] - p[2]) if math.isfinite(p[2]) else 0 for p in points],
                [100 * (p[3] - p[1]) if math.isfinite(p[3]) else 0 for p in points]]
-        ax_drop.errorbar(x, y, yerr=err, marker="o", ms=4, capsize=3, lw=1.2, color=f"C{index}", label=variant)
-        ax_acc.plot(x, [p[4] for p in points], marker="o", ms=4, lw=1.2, color=f"C{index}", label=variant)
+        style = dict(marker=markers[index % len(markers)], ms=5, lw=1.2, color=f"C{index}", label=variant,
+                     mfc="none")
+        ax_drop.errorbar(x, y, yerr=err, capsize=3, **style)
+        ax_acc.plot(x, [p[4] for p in points], **style)
     for ax in (ax_drop, ax_acc):
         if reference:
             for key, run in sorted(reference["runs"].items(), key=lambda kv: kv[1]["lr"]):
                 value = cell(reference, key, "ratio_std", upr - 1, 0)
                 if math.isfinite(value):
                     ax.axvline(value, color="grey", ls="--", lw=0.8)
-                    ax.text(value, 0.98, f" {run['model'].split('/')[-1]} lr {key}", rotation=90, va="top",
+                    ax.text(value, 0.02, f" {run['model'].split('/')[-1]} lr {key}", rotation=90, va="bottom",
                             fontsize=6, color="grey", transform=ax.get_xaxis_transform())
         ax.set_xscale("log")
+        ax.xaxis.set_major_locator(FixedLocator([0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1, 2, 5]))
+        ax.xaxis.set_major_formatter(lambda value, _: f"{value:g}")
+        ax.xaxis.set_minor_locator(NullLocator())
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(f"measured drift: bin-0 ratio std at the last of {upr} updates per rollout")
     ax_drop.axhline(0, color="black", lw=0.6)
     ax_drop.set(ylabel=f"relative drop of final accuracy, upr 2 → {upr} (%)", title=f"{task}: robustness to drift")
     ax_acc.set(ylabel=f"final held-out accuracy at upr {upr}", title=f"{task}: accuracy off-policy")
-    ax_drop.legend(fontsize=7)
+    ax_drop.legend(fontsize=7, loc="upper left")
     save_figure(plt, fig, str(out_png))
