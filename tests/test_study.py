@@ -81,6 +81,7 @@ def test_quick_grid_runs_resumes_and_redoes_only_an_interrupted_run(tmp_path, ca
     from acpo_trl.study.cli import main
     from acpo_trl.study.grids import quick_grid
     from acpo_trl.study.runner import run_grid
+    from acpo_trl.study.testbed import cpu_kernels
 
     out = tmp_path / "study"
     assert main(["run", "--quick", "--out", str(out), "--plots", "some"]) == 0
@@ -89,6 +90,11 @@ def test_quick_grid_runs_resumes_and_redoes_only_an_interrupted_run(tmp_path, ca
     assert {r["variant"] for r in results.values()} == {"acpo", "dapo", "acpo(alpha=1)"}
     for r in results.values():
         assert [e["step"] for e in r["evals"]] == [0, 2, 4] and 0 <= r["final_sampled"] <= 1
+    # The workers pin ATen's kernels to AVX2 whatever the machine's best (a run is chaotic: AVX-512 kernels give
+    # another run), and a warm-up's folder names its kernels, so one made with other kernels is never reused.
+    assert {r["cpu_kernels"] for r in results.values()} == {"AVX2"}
+    warmups = lambda: {p.name.rsplit("-", 1)[1] for p in (out / "warmups").iterdir() if p.is_dir()}  # noqa: E731
+    assert warmups() == {"avx2"}
     metrics = (out / "runs" / "add1/acpo/upr2/seed0/metrics.jsonl").read_text()
     assert "diag/k1/bin" in metrics and "grad/norm_used" in metrics  # second update of a rollout is logged as k = 1
     table = (out / "table.md").read_text()
@@ -105,7 +111,8 @@ def test_quick_grid_runs_resumes_and_redoes_only_an_interrupted_run(tmp_path, ca
     (out / "runs" / lost.run_id / "result.json").unlink()
     stamps = {s.run_id: (out / "runs" / s.run_id / "result.json").stat().st_mtime_ns for s in specs[1:]}
     assert run_grid(specs, out, out / "warmups", jobs=0, log=lambda m: None) == []
-    assert (out / "runs" / lost.run_id / "result.json").exists()
+    redone = json.loads((out / "runs" / lost.run_id / "result.json").read_text())
+    assert redone["cpu_kernels"] == cpu_kernels() and warmups() == {"avx2", cpu_kernels().lower()}
     assert stamps == {s.run_id: (out / "runs" / s.run_id / "result.json").stat().st_mtime_ns for s in specs[1:]}
 
     # A fresh clone has the result.json files but no metrics.jsonl (git does not keep them): the report still runs,

@@ -39,7 +39,7 @@ from .grids import (ALPHAS, DRIFT_LEVELS, DRIFT_VARIANTS, PAPER_METHODS, UPRS, b
                     quick_grid)
 from .results import group_of, is_done, load_results
 from .runner import run_grid, work
-from .testbed import RunSpec
+from .testbed import RunSpec, pin_cpu_kernels
 
 # Wall seconds per optimizer step of one run while another runs beside it (2 cores, one torch thread each),
 # evaluations and diagnostics included, as the committed grid measured them (grid wall time x 2 jobs / runs / 200
@@ -270,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "plan":
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
+    if not args.recipe and args.jobs == 0:
+        pin_cpu_kernels()  # before torch is imported: the runs train in this process
     start = time.time()
     failed = run_grid(specs, args.out, cache, jobs=args.jobs, log=lambda m: print(m, flush=True))
     print(f"grid finished in {time.time() - start:.0f} s; {len(failed)} failed: {failed}", flush=True)

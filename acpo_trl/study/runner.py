@@ -18,7 +18,7 @@ from pathlib import Path
 
 from .recipe import RecipeRunSpec
 from .results import is_done
-from .testbed import RunSpec, warm_up
+from .testbed import CPU_KERNELS, RunSpec, cpu_kernels, pin_cpu_kernels
 
 
 def spec_from_json(data: dict) -> "RunSpec | RecipeRunSpec":
@@ -60,20 +60,22 @@ def work(queue_file: str | Path, out_dir: str | Path, cache_dir: str | Path, ses
 
 def run_grid(specs: list[RunSpec] | list[RecipeRunSpec], out_dir: str | Path, cache_dir: str | Path, jobs: int = 2,
              log=print) -> list[str]:
-    """Run every unfinished spec with ``jobs`` worker processes (one torch thread each; each worker runs many
-    runs, so the ~10-30 s import of TRL is paid once per worker, not per run); ``jobs=0`` runs them in this
-    process. Warm-ups are trained first, once per distinct :class:`WarmupSpec`. Returns the run ids that did not
-    finish (their ``error.txt`` or the worker log says why)."""
-    import torch
-
+    """Run every unfinished spec with ``jobs`` worker processes (one torch thread each, the testbed's CPU kernels
+    pinned; each worker runs many runs, so the ~10-30 s import of TRL is paid once per worker, not per run);
+    ``jobs=0`` runs them in this process. A warm-up is trained once per distinct :class:`WarmupSpec`, by the first
+    run that needs it. Returns the run ids that did not finish (their ``error.txt`` or the worker log says why)."""
     out_dir, cache_dir = Path(out_dir), Path(cache_dir)
     todo = [s for s in specs if not is_done(s, out_dir)]
     log(f"{len(specs)} runs, {len(specs) - len(todo)} already finished, {len(todo)} to run, {max(jobs, 1)} at a time")
     if todo:
-        if any(isinstance(s, RunSpec) for s in todo):
+        if jobs == 0 and any(isinstance(s, RunSpec) for s in todo):
+            import torch
+
             torch.set_num_threads(1)  # two threads on a shared, oversubscribed 2-core machine were slower than one
-        for warm in sorted({s.warmup for s in todo if isinstance(s, RunSpec)}, key=lambda w: w.key()):
-            warm_up(warm, cache_dir, log=log)
+            if cpu_kernels() != CPU_KERNELS["ATEN_CPU_CAPABILITY"].upper():
+                log(f"warning: torch runs {cpu_kernels()} kernels in this process, the committed runs AVX2: its runs "
+                    "will not reproduce them (use worker processes, or set "
+                    + " ".join(f"{k}={v}" for k, v in CPU_KERNELS.items()) + " before importing torch)")
         session = f"{os.getpid()}-{time.time_ns()}"
         work_dir = out_dir / "workers"
         work_dir.mkdir(parents=True, exist_ok=True)
@@ -85,6 +87,7 @@ def run_grid(specs: list[RunSpec] | list[RecipeRunSpec], out_dir: str | Path, ca
             env = dict(os.environ, PYTHONUNBUFFERED="1")
             if any(isinstance(s, RunSpec) for s in todo):  # the testbed: one thread per run, nothing to download
                 env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1")
+                pin_cpu_kernels(env)
             procs = []
             for i in range(jobs):
                 logfile = open(work_dir / f"worker{i}.log", "a")

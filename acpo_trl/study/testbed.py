@@ -77,6 +77,28 @@ def task_problems(task: str) -> tuple[list[Problem], list[Problem]]:
 
 TASKS = ("add1", "add2")
 
+# A testbed run is chaotic (one ulp early on changes its trajectory), and ATen picks its vectorised CPU kernels by
+# the machine: the same cell started from held-out accuracy 0.34 on an AVX-512 machine against 0.43 on the AVX2
+# machines that made the committed runs, and ended 0.58 against 0.77. With ATen pinned to AVX2 (and MKL to its
+# reproducible AVX2 path) the AVX-512 machine reproduced a committed run bit for bit (docs/RESULTS.md,
+# "Reproducibility"). torch reads these at import: `acpo-study run` sets them in its workers' environment.
+CPU_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
+
+
+def pin_cpu_kernels(env: dict | None = None) -> dict:
+    """Set :data:`CPU_KERNELS` in ``env`` (default ``os.environ``) where the user has not set them; returns ``env``."""
+    env = os.environ if env is None else env
+    for name, value in CPU_KERNELS.items():
+        env.setdefault(name, value)
+    return env
+
+
+def cpu_kernels() -> str:
+    """The CPU kernels torch dispatches to in this process ("AVX2", "AVX512", ...): a run's result records it."""
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability()
+
 
 def sft_pool(task: str) -> list[Problem]:
     """The problems the warm-up's teacher answers (every pair of the task's operand range)."""
@@ -183,12 +205,25 @@ def _build_model(spec: WarmupSpec, tokenizer):
 
 def warm_up(spec: WarmupSpec, cache_dir: str | Path, log=print) -> Path:
     """The warmed-up model's folder under ``cache_dir`` (trained once, then reused: a ``done`` marker is written
-    last, so an interrupted warm-up is redone)."""
-    import torch
+    last, so an interrupted warm-up is redone; concurrent callers wait on a lock while one trains it). The folder is
+    named by the spec and the CPU kernels it is trained with, so a warm-up made with other kernels is never reused
+    (:data:`CPU_KERNELS`)."""
+    import fcntl
 
-    out = Path(cache_dir) / spec.key()
+    out = Path(cache_dir) / f"{spec.key()}-{cpu_kernels().lower()}"
     if (out / "done").exists():
         return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.parent / f"{out.name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not (out / "done").exists():
+            _train_warm_up(spec, out, log)
+    return out
+
+
+def _train_warm_up(spec: WarmupSpec, out: Path, log) -> None:
+    import torch
+
     start = time.time()
     tokenizer = train_tokenizer(spec.task, spec.vocab_size, out)
     model = _build_model(spec, tokenizer)
@@ -230,9 +265,9 @@ def warm_up(spec: WarmupSpec, cache_dir: str | Path, log=print) -> Path:
         if step % 250 == 0 or step == spec.steps - 1:
             log(f"warm-up {spec.key()} step {step}/{spec.steps} loss {loss.item():.3f}")
     model.save_pretrained(out)
-    (out / "warmup.json").write_text(json.dumps({**asdict(spec), "seconds": time.time() - start}, indent=1))
+    (out / "warmup.json").write_text(json.dumps({**asdict(spec), "cpu_kernels": cpu_kernels(),
+                                                 "seconds": time.time() - start}, indent=1))
     (out / "done").write_text("")
-    return out
 
 
 def load_warm_model(path: Path):
@@ -359,4 +394,5 @@ class RunSpec(GridCell):
         trainer.train()
         if trainer.state.global_step != self.steps:
             raise RuntimeError(f"{self.run_id}: trained {trainer.state.global_step} of {self.steps} steps.")
-        return write_result(self, run_dir, evals, start, torch_threads=torch.get_num_threads())
+        return write_result(self, run_dir, evals, start, torch_threads=torch.get_num_threads(),
+                            cpu_kernels=cpu_kernels())
