@@ -271,9 +271,9 @@ def test_drift_map_places_each_variant_at_its_measured_drift(tmp_path):
     assert (tmp_path / "map.png").stat().st_size > 1000
 
 
-def test_drift_grid_reuses_the_committed_runs_and_runs_the_core_variants_first(capsys):
-    """The extreme level's cells of the committed grid's variants are its runs (same ids and specs: not rerun); the
-    core variants come whole seed by whole seed before ACPO alpha 0.5 and the fixed clip; ``--levels`` narrows."""
+def test_drift_grid_extends_the_committed_grid_and_runs_the_core_variants_first(capsys):
+    """The extreme level's cells of the committed grid's variants are its cells (same settings and ids); the core
+    variants come whole seed by whole seed before ACPO alpha 0.5 and the fixed clip; ``--levels`` narrows."""
     from acpo_trl.study.cli import main
     from acpo_trl.study.grids import DRIFT_CORE_VARIANTS, DRIFT_LEVELS, PAPER_METHODS, build_grid, drift_grid
 

@@ -4,10 +4,10 @@
                                          8 seeds, ACPO alpha sweep 0.5/1/3), 2 runs at a time, resumable
     acpo-study run --quick --out DIR     the test suite's tiny grid (seconds)
     acpo-study run --pilot --out DIR     1 seed of a few cells at the full settings (learning check, timing)
-    acpo-study run --drift --out study/  the drift grid: add2 x 3 drift levels (the testbed's learning rate, from the
-                                         committed grid's to one matched to a real LM) x ACPO (paper, authors'
-                                         defaults), acpo_log, DAPO, CISPO, then ACPO alpha 0.5 and the fixed clip,
-                                         x upr 2/16 x 8 seeds (`--levels between` narrows it to a level)
+    acpo-study run --drift               the drift grid, into study/drift/: add2 x 3 drift levels (the testbed's
+                                         learning rate, from the committed grid's to one matched to a real LM) x
+                                         ACPO (paper, authors' defaults), acpo_log, DAPO, CISPO, then ACPO alpha 0.5
+                                         and the fixed clip, x upr 2/16 x 8 seeds (`--levels between`: one level)
     acpo-study plan [--quick|--pilot|--drift]
                                          the runs it would do and their estimated time, without running them
     acpo-study report --out DIR          table.md, learning curves and diagnostics PNGs from finished runs
@@ -168,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("run", "plan"):
         p = sub.add_parser(name)
-        p.add_argument("--out", type=Path, default=Path("study"))
+        p.add_argument("--out", type=Path, default=None, help="default study/ (with --drift: study/drift/)")
         p.add_argument("--cache", type=Path, default=None, help="warm-up cache (default: OUT/warmups)")
         mode = p.add_mutually_exclusive_group()
         mode.add_argument("--quick", action="store_true")
@@ -197,7 +197,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plots", choices=("none", "some", "all"), default="some")
     p = sub.add_parser("drift", help="measure a real model's off-policy drift per update index and bin")
     p.add_argument("--lrs", nargs="+", type=float, required=True, help="learning rates to measure")
-    p.add_argument("--out", type=Path, default=Path("study/drift_smollm2"))
+    p.add_argument("--out", type=Path, default=Path("study/drift/drift_smollm2"))
     p.add_argument("--config", default=None, help="an acpo-train recipe (default: the offline SmolLM2 on addition)")
     p.add_argument("--upr", type=int, default=16, help="optimizer updates per rollout")
     p.add_argument("--rollouts", type=int, default=2)
@@ -254,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         measure(args.lrs, args.out, recipe=args.config, upr=args.upr, rollouts=args.rollouts, seed=args.seed)
         print((args.out / "drift.md").read_text())
         return 0
+    if args.out is None:
+        args.out = Path("study/drift") if args.drift else Path("study")
     _check_args(args)
     with user_input(ValueError), user_input(yaml.YAMLError, fix=f"fix the YAML syntax of --recipe {args.recipe}"):
         specs = _specs(args)

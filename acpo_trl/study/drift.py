@@ -6,7 +6,7 @@ importance ratio r and of log r, the eps ACPO's rule would set, and the clip fra
 over the run's rollouts, these become ``drift.json``, ``drift.md`` (the table) and ``drift.png`` (bin-wise ratio
 std and ACPO eps against k, one line per learning rate).
 
-    acpo-study drift --lrs 1e-6 3e-6 1e-5 2e-5 --out study/drift_smollm2
+    acpo-study drift --lrs 1e-6 3e-6 1e-5 2e-5 --out study/drift/drift_smollm2
 
 Default recipe: the offline SmolLM2-135M-Instruct (``offline:smollm2``) on the ``addition`` task, 8 prompts x 8
 completions per rollout... see :data:`DEFAULT_RECIPE`. Any ``acpo-train`` recipe can be given with ``--config``.

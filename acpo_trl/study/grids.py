@@ -71,11 +71,11 @@ DRIFT_LEVELS = (
     DriftLevel("between", 5e-5, 400),
     DriftLevel("matched", 5e-6, 1600),
 )
-# (method, alpha, clip): the issue's seven variants. ACPO (the paper's), ACPO with the authors' public defaults,
+# (method, alpha, clip): the drift map's seven variants. ACPO (the paper's), ACPO with the authors' public defaults,
 # acpo_log, DAPO and CISPO are the core; ACPO alpha 0.5 and the fixed clip come last, because they were the ones to
 # drop when the grid ran long (`acpo-study plan --drift` printed 9.3 h with them against 6.5 h without): run them
-# after the core with `--methods`, or a level at a time with `--levels`. At the extreme level all seven are the
-# committed grid's runs.
+# after the core, or a level at a time with `--levels`. The extreme level's cells have the committed grid's settings
+# and run ids, but run in their own root (study/drift/) with the testbed's kernels pinned (testbed.CPU_KERNELS).
 DRIFT_CORE_VARIANTS = (
     ("acpo", None, None),
     ("acpo", 1.0, (0.05, 0.5)),
@@ -96,7 +96,8 @@ def drift_grid(
     """variants x uprs x seeds at each drift level. Ordered so that a partial grid is whole seeds of the core
     variants first (:data:`DRIFT_CORE_VARIANTS`), then whole seeds of the others. A level's runs evaluate 5 times and
     diagnose the gradient 20 times whatever their length (the committed grid's 40 / 10 at 200 steps), so a long run
-    costs no more per step than a short one. The extreme level's cells are the committed grid's runs (same run ids)."""
+    costs no more per step than a short one. The extreme level's cells are the committed grid's (same settings and
+    run ids)."""
     specs = []
     core = [v for v in variants if v in DRIFT_CORE_VARIANTS]
     for batch in (core, [v for v in variants if v not in core]):

@@ -73,8 +73,8 @@ def run_grid(specs: list[RunSpec] | list[RecipeRunSpec], out_dir: str | Path, ca
 
             torch.set_num_threads(1)  # two threads on a shared, oversubscribed 2-core machine were slower than one
             if cpu_kernels() != CPU_KERNELS["ATEN_CPU_CAPABILITY"].upper():
-                log(f"warning: torch runs {cpu_kernels()} kernels in this process, the committed runs AVX2: its runs "
-                    "will not reproduce them (use worker processes, or set "
+                log(f"warning: torch runs {cpu_kernels()} kernels in this process, the study's workers AVX2: these "
+                    "runs will not reproduce theirs (use worker processes, or set "
                     + " ".join(f"{k}={v}" for k, v in CPU_KERNELS.items()) + " before importing torch)")
         session = f"{os.getpid()}-{time.time_ns()}"
         work_dir = out_dir / "workers"

@@ -77,11 +77,11 @@ def task_problems(task: str) -> tuple[list[Problem], list[Problem]]:
 
 TASKS = ("add1", "add2")
 
-# A testbed run is chaotic (one ulp early on changes its trajectory), and ATen picks its vectorised CPU kernels by
-# the machine: the same cell started from held-out accuracy 0.34 on an AVX-512 machine against 0.43 on the AVX2
-# machines that made the committed runs, and ended 0.58 against 0.77. With ATen pinned to AVX2 (and MKL to its
-# reproducible AVX2 path) the AVX-512 machine reproduced a committed run bit for bit (docs/RESULTS.md,
-# "Reproducibility"). torch reads these at import: `acpo-study run` sets them in its workers' environment.
+# A testbed run is chaotic: one ulp early on changes its trajectory, and the warm-up that every run of a task starts
+# from lands elsewhere. ATen picks its vectorised CPU kernels by the machine, so machines disagree: the add2 warm-up
+# gave a step-0 held-out accuracy of 0.34 with AVX-512 kernels against 0.43 with AVX2 ones. Pinned to AVX2 (and MKL
+# to its reproducible AVX2 path), an AVX-512 machine reproduced a run made on another machine bit for bit
+# (docs/RESULTS.md, "Reproducibility"). torch reads these at import: `acpo-study run` sets them for its workers.
 CPU_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
 
 
