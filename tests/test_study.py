@@ -80,7 +80,7 @@ def test_collapse_rule():
 def test_quick_grid_runs_resumes_and_redoes_only_an_interrupted_run(tmp_path, capsys):
     from acpo_trl.study.cli import main
     from acpo_trl.study.grids import quick_grid
-    from acpo_trl.study.runner import run_grid
+    from acpo_trl.study.runner import check_reproduces, run_grid
     from acpo_trl.study.testbed import cpu_kernels
 
     out = tmp_path / "study"
@@ -105,6 +105,21 @@ def test_quick_grid_runs_resumes_and_redoes_only_an_interrupted_run(tmp_path, ca
     capsys.readouterr()
     assert main(["run", "--quick", "--out", str(out), "--no-report"]) == 0  # nothing left to do
     assert "0 to run" in capsys.readouterr().out
+
+    # Resuming first checks that this machine reproduces a finished run bit for bit (rerun in a worker); where it
+    # does not, its runs would be of another testbed, and the grid refuses to resume.
+    assert check_reproduces(specs, out, out / "warmups", log=lambda m: None) is None
+    stored = {s.run_id: (out / "runs" / s.run_id / "result.json").read_text() for s in specs}
+    for run_id, text in stored.items():
+        tampered = json.loads(text)
+        tampered["rewards"][0][1] += 0.5
+        (out / "runs" / run_id / "result.json").write_text(json.dumps(tampered))
+    (out / "runs" / specs[0].run_id / "result.json").unlink()
+    with pytest.raises(SystemExit) as err:
+        main(["run", "--quick", "--out", str(out), "--no-report"])
+    assert err.value.code == 2 and "does not reproduce here" in capsys.readouterr().err
+    for run_id, text in stored.items():
+        (out / "runs" / run_id / "result.json").write_text(text)
 
     # An interrupted grid: one run lost its result (killed mid-run); only that one is redone.
     lost = specs[0]

@@ -38,7 +38,7 @@ from .recipe import DEFAULT_LAUNCHER, recipe_grid
 from .grids import (ALPHAS, DRIFT_LEVELS, DRIFT_VARIANTS, PAPER_METHODS, UPRS, build_grid, drift_grid, estimate_seconds,
                     quick_grid)
 from .results import group_of, is_done, load_results
-from .runner import run_grid, work
+from .runner import check_reproduces, run_grid, work
 from .testbed import RunSpec, pin_cpu_kernels
 
 # Wall seconds per optimizer step of one run while another runs beside it (2 cores, one torch thread each),
@@ -191,6 +191,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--alphas", nargs="*", type=float, default=None, help="ACPO alpha sweep besides 3.0")
         p.add_argument("--steps", type=int, default=None, help="RL optimizer steps per run (default 200)")
         p.add_argument("--no-report", action="store_true")
+        p.add_argument("--no-check", action="store_true",
+                       help="resume without first checking that this machine reproduces a finished run")
         p.add_argument("--plots", choices=("none", "some", "all"), default="some")
     p = sub.add_parser("report")
     p.add_argument("--out", type=Path, default=Path("study"))
@@ -274,6 +276,11 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.recipe and args.jobs == 0:
         pin_cpu_kernels()  # before torch is imported: the runs train in this process
+    if not args.recipe and not args.no_check and 0 < len(todo) < len(specs):
+        mismatch = check_reproduces(specs, args.out, cache, log=lambda m: print(m, flush=True))
+        if mismatch:
+            raise UserError(mismatch, "runs made here would be of another testbed: resume on a machine that "
+                            "reproduces them (docs/RESULTS.md, \"Reproducibility\"), or pass --no-check")
     start = time.time()
     failed = run_grid(specs, args.out, cache, jobs=args.jobs, log=lambda m: print(m, flush=True))
     print(f"grid finished in {time.time() - start:.0f} s; {len(failed)} failed: {failed}", flush=True)

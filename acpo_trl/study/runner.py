@@ -107,3 +107,28 @@ def run_grid(specs: list[RunSpec] | list[RecipeRunSpec], out_dir: str | Path, ca
     return [s.run_id for s in specs if not is_done(s, out_dir)]
 
 
+def check_reproduces(specs: list, out_dir: str | Path, cache_dir: str | Path, log=print) -> str | None:
+    """Before a grid resumes on this machine: rerun its shortest finished testbed run (in a worker, as the grid
+    would) and compare its held-out evaluations and rollout rewards with the stored ones, bit for bit. Returns None
+    when they agree (or nothing is finished yet), else what differs: a testbed run is chaotic, so a machine that does
+    not reproduce the finished runs would add runs of another testbed to the grid."""
+    import tempfile
+
+    out_dir = Path(out_dir)
+    done = [s for s in specs if isinstance(s, RunSpec) and is_done(s, out_dir)]
+    if not done:
+        return None
+    spec = min(done, key=lambda s: (s.steps * max(s.upr, 1), s.run_id))
+    stored = json.loads((out_dir / "runs" / spec.run_id / "result.json").read_text())
+    log(f"checking that this machine reproduces {spec.run_id} ({spec.steps} steps) before resuming")
+    with tempfile.TemporaryDirectory() as tmp:
+        if run_grid([spec], tmp, cache_dir, jobs=1, log=lambda m: None):
+            return f"{spec.run_id} failed to rerun here (see {tmp}/workers/worker0.log)"
+        rerun = json.loads((Path(tmp) / "runs" / spec.run_id / "result.json").read_text())
+    if rerun["evals"] == stored["evals"] and rerun["rewards"] == stored["rewards"]:
+        log(f"{spec.run_id} reproduced bit for bit")
+        return None
+    return (f"{spec.run_id} does not reproduce here: held-out accuracy {stored['start_sampled']:.4f} -> "
+            f"{stored['final_sampled']:.4f} stored, {rerun['start_sampled']:.4f} -> {rerun['final_sampled']:.4f} "
+            f"rerun with {rerun.get('cpu_kernels', '?')} kernels")
+
