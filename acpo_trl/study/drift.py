@@ -227,10 +227,9 @@ def _plot_drift_map(curves: dict, reference: dict | None, out_png: Path, task: s
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
 
     from ..plots import save_figure
-
-    from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
 
     fig, (ax_drop, ax_acc) = plt.subplots(1, 2, figsize=(13, 4.8))
     markers = "osD^vP*Xh"

@@ -131,4 +131,3 @@ def check_reproduces(specs: list, out_dir: str | Path, cache_dir: str | Path, lo
     return (f"{spec.run_id} does not reproduce here: held-out accuracy {stored['start_sampled']:.4f} -> "
             f"{stored['final_sampled']:.4f} stored, {rerun['start_sampled']:.4f} -> {rerun['final_sampled']:.4f} "
             f"rerun with {rerun.get('cpu_kernels', '?')} kernels")
-
