@@ -48,6 +48,9 @@ def test_table_means_drops_ranks_and_collapses():
     assert summarize(results, exclude_collapsed=True)["add1"]["rows"]["dapo"]["regimes"][8]["final"][0] == 0.7
     text = write_table(results)
     assert "1/2" in text and "Without the collapsed runs" in text and "+25.0%" in text
+    assert "| add1 | not recorded | 0, 1 | 8 | 0.370 |" in text  # runs made before warm-ups were recorded
+    results[0]["warmup_digest"] = "0123456789ab"
+    assert "| add1 | 0123456789ab | 0 | 1 | 0.370 |" in write_table(results)
 
 
 def test_drop_interval_and_the_across_tasks_summary():
@@ -107,8 +110,11 @@ def test_quick_grid_runs_resumes_and_redoes_only_an_interrupted_run(tmp_path, ca
     assert "0 to run" in capsys.readouterr().out
 
     # Resuming first checks that this machine reproduces a finished run bit for bit (rerun in a worker); where it
-    # does not, its runs would be of another testbed, and the grid refuses to resume.
-    assert check_reproduces(specs, out, out / "warmups", log=lambda m: None) is None
+    # does not from the same warm-up (every run records the digest of the one it started from), the kernels differ
+    # after the warm-up and the grid refuses to resume.
+    check = check_reproduces(specs, out, out / "warmups", log=lambda m: None)
+    assert check.reproduced and check.warmup_digest == check.stored_digest
+    assert {r["warmup_digest"] for r in results.values()} == {check.warmup_digest}
     stored = {s.run_id: (out / "runs" / s.run_id / "result.json").read_text() for s in specs}
     for run_id, text in stored.items():
         tampered = json.loads(text)
@@ -117,7 +123,7 @@ def test_quick_grid_runs_resumes_and_redoes_only_an_interrupted_run(tmp_path, ca
     (out / "runs" / specs[0].run_id / "result.json").unlink()
     with pytest.raises(SystemExit) as err:
         main(["run", "--quick", "--out", str(out), "--no-report"])
-    assert err.value.code == 2 and "does not reproduce here" in capsys.readouterr().err
+    assert err.value.code == 2 and "does not reproduce here: held-out" in capsys.readouterr().err
     for run_id, text in stored.items():
         (out / "runs" / run_id / "result.json").write_text(text)
 
@@ -286,28 +292,70 @@ def test_drift_map_places_each_variant_at_its_measured_drift(tmp_path):
     assert (tmp_path / "map.png").stat().st_size > 1000
 
 
-def test_drift_grid_extends_the_committed_grid_and_runs_the_core_variants_first(capsys):
-    """The extreme level's cells of the committed grid's variants are its cells (same settings and ids); the core
-    variants come whole seed by whole seed before ACPO alpha 0.5 and the fixed clip; ``--levels`` narrows."""
+def test_drift_grid_extends_the_committed_grid_in_whole_blocks(capsys):
+    """The extreme level's cells of the committed grid's variants are its cells (same settings and ids); the grid
+    comes a whole block (level, seed) at a time, seed by seed; ``--levels`` narrows."""
     from acpo_trl.study.cli import main
-    from acpo_trl.study.grids import DRIFT_CORE_VARIANTS, DRIFT_LEVELS, PAPER_METHODS, build_grid, drift_grid
+    from acpo_trl.study.grids import DRIFT_LEVELS, PAPER_METHODS, build_grid, drift_grid
+    from acpo_trl.study.runner import block
 
     specs = drift_grid(seeds=range(2))
-    assert len(specs) == 3 * 7 * 2 * 2 and len({s.run_id for s in specs}) == len(specs)
+    assert len(specs) == 3 * 5 * 2 * 2 and len({s.run_id for s in specs}) == len(specs)
     committed = {s.run_id: s for s in build_grid(tasks=("add2",), methods=PAPER_METHODS, uprs=(2, 16), seeds=range(2))}
     extreme = [s for s in specs if s.lr == DRIFT_LEVELS[0].lr]
     assert all(committed[s.run_id] == s for s in extreme if s.run_id in committed)
     new = {s.run_id.split("/")[1] for s in extreme if s.run_id not in committed}
     assert new == {"acpo-alpha1-clip0.05-0.5", "acpo_log"}  # the two variants the committed grid did not have
-    core = {(m, a, c) for m, a, c in DRIFT_CORE_VARIANTS}
-    kinds = [(s.method, s.alpha, s.clip) in core for s in specs]
-    assert kinds == sorted(kinds, reverse=True)  # every core cell before every other
-    assert [s.seed for s in specs[: kinds.count(True)]] == sorted(s.seed for s in specs[: kinds.count(True)])
-    assert {s.run_id.split("/")[1] for s in specs if not (s.method, s.alpha, s.clip) in core} == {
-        "acpo-alpha0.5", "ppo_clip"}
+    blocks = [block(s) for s in specs]
+    assert [b for i, b in enumerate(blocks) if i == 0 or blocks[i - 1] != b] == sorted(
+        set(blocks), key=lambda b: (b[1], blocks.index(b)))  # each block contiguous, seeds in order
+    assert {s.run_id.split("/")[1] for s in specs} == {"acpo", "acpo-alpha1-clip0.05-0.5", "acpo_log", "dapo", "cispo"}
 
     assert main(["plan", "--drift", "--levels", "between", "--seeds", "1", "--out", "/nonexistent"]) == 0
-    assert capsys.readouterr().out.startswith("14 runs (14 to do)")  # one level: 7 variants x 2 uprs
+    assert capsys.readouterr().out.startswith("10 runs (10 to do)")  # one level: 5 variants x 2 uprs
     with pytest.raises(SystemExit) as err:
         main(["plan", "--levels", "between", "--out", "/nonexistent"])
     assert err.value.code == 2 and "--levels: only the drift grid" in capsys.readouterr().err
+
+
+def test_a_machine_that_is_another_testbed_runs_only_blocks_without_the_others_runs(tmp_path, monkeypatch, capsys):
+    """Resuming where the check's rerun does not reproduce: the finished runs' blocks (level, seed) are left, the
+    untouched ones run; a block this machine began (its own warm-up) stays open. Nothing runnable, or the same
+    warm-up giving another run (the kernels differ after the warm-up), is refused in one line."""
+    from acpo_trl.cli_errors import UserError
+    from acpo_trl.study import cli
+    from acpo_trl.study.grids import drift_grid
+    from acpo_trl.study.runner import TestbedCheck, block, open_blocks
+
+    specs = drift_grid(seeds=range(3))
+
+    def finish(spec, digest):
+        run_dir = tmp_path / "runs" / spec.run_id
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "result.json").write_text(json.dumps({} if digest is None else {"warmup_digest": digest}))
+
+    for spec in specs:
+        if spec.seed == 0 or (spec.seed == 1 and spec.method == "dapo"):
+            finish(spec, None)  # another machine's, made before warm-ups were recorded
+    mine = [s for s in specs if s.seed == 2 and s.lr == 5e-5]
+    finish(mine[0], "b" * 12)  # a block this machine began
+    runnable, closed = open_blocks(specs, tmp_path, "b" * 12)
+    assert {block(s) for s in runnable} == {block(s) for s in specs if s.seed == 2}
+    assert closed == sorted({block(s) for s in specs if s.seed in (0, 1)})
+    assert open_blocks(specs, tmp_path, "c" * 12)[0] == [s for s in specs if s.seed == 2 and s.lr != 5e-5]
+
+    check = TestbedCheck("x", False, "b" * 12, None, "x does not reproduce here")
+    monkeypatch.setattr(cli, "check_reproduces", lambda *a, **k: check)
+    run, left = cli._runnable_here(specs, tmp_path, tmp_path / "warmups")
+    assert run == runnable and left == sorted({block(s) for s in specs if s.seed == 1})  # seed 0's are all done
+    assert "another testbed (warm-up bbbbbbbbbbbb)" in capsys.readouterr().out
+    for spec in specs:
+        if spec.seed == 2:
+            finish(spec, "b" * 12)
+    with pytest.raises(UserError, match="every unfinished run is in a block begun on another testbed"):
+        cli._runnable_here(specs, tmp_path, tmp_path / "warmups")
+    check = TestbedCheck("x", False, "b" * 12, "b" * 12, "x does not reproduce here")
+    with pytest.raises(UserError, match="from the same warm-up"):
+        cli._runnable_here(specs, tmp_path, tmp_path / "warmups")
+    check = TestbedCheck("x", True, "a" * 12, None, "x reproduced bit for bit")
+    assert cli._runnable_here(specs, tmp_path, tmp_path / "warmups") == (specs, [])

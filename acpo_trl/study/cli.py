@@ -6,8 +6,8 @@
     acpo-study run --pilot --out DIR     1 seed of a few cells at the full settings (learning check, timing)
     acpo-study run --drift               the drift grid, into study/drift/: add2 x 3 drift levels (the testbed's
                                          learning rate, from the committed grid's to one matched to a real LM) x
-                                         ACPO (paper, authors' defaults), acpo_log, DAPO, CISPO, then ACPO alpha 0.5
-                                         and the fixed clip, x upr 2/16 x 8 seeds (`--levels between`: one level)
+                                         ACPO (paper, authors' defaults), acpo_log, DAPO, CISPO x upr 2/16 x 8
+                                         seeds (`--levels between`: one level)
     acpo-study plan [--quick|--pilot|--drift]
                                          the runs it would do and their estimated time, without running them
     acpo-study report --out DIR          table.md, learning curves and diagnostics PNGs from finished runs
@@ -38,7 +38,7 @@ from .recipe import DEFAULT_LAUNCHER, recipe_grid
 from .grids import (ALPHAS, DRIFT_LEVELS, DRIFT_VARIANTS, PAPER_METHODS, UPRS, build_grid, drift_grid, estimate_seconds,
                     quick_grid)
 from .results import group_of, is_done, load_results
-from .runner import check_reproduces, run_grid, work
+from .runner import block, check_reproduces, open_blocks, run_grid, work
 from .testbed import RunSpec, pin_cpu_kernels
 
 # Wall seconds per optimizer step of one run while another runs beside it (2 cores, one torch thread each),
@@ -276,17 +276,44 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if not args.recipe and args.jobs == 0:
         pin_cpu_kernels()  # before torch is imported: the runs train in this process
+    left: list = []
     if not args.recipe and not args.no_check and 0 < len(todo) < len(specs):
-        mismatch = check_reproduces(specs, args.out, cache, log=lambda m: print(m, flush=True))
-        if mismatch:
-            raise UserError(mismatch, "runs made here would be of another testbed: resume on a machine that "
-                            "reproduces them (docs/RESULTS.md, \"Reproducibility\"), or pass --no-check")
+        specs, left = _runnable_here(specs, args.out, cache)
     start = time.time()
     failed = run_grid(specs, args.out, cache, jobs=args.jobs, log=lambda m: print(m, flush=True))
     print(f"grid finished in {time.time() - start:.0f} s; {len(failed)} failed: {failed}", flush=True)
+    if left:
+        print(f"left for a machine that reproduces them: {len(left)} blocks ({_blocks(left)})", flush=True)
     if not args.no_report:
         print(report(args.out, args.plots))
     return 1 if failed else 0
+
+
+def _blocks(blocks: list[tuple[str, int]]) -> str:
+    return ", ".join(f"{group} seed {seed}" for group, seed in blocks)
+
+
+def _runnable_here(specs: list, out: Path, cache: Path) -> tuple[list, list[tuple[str, int]]]:
+    """(the specs this machine may add to the grid, the blocks it leaves). A machine that reproduces a finished run
+    bit for bit resumes everything; another one is another testbed (its warm-up differs), so it runs only the blocks
+    (group, seed) that hold no run of the other's: a block's variants and regimes are compared run for run, while
+    two blocks are two draws of the testbed, its warm-up included (docs/RESULTS.md, "Reproducibility")."""
+    check = check_reproduces(specs, out, cache, log=lambda m: print(m, flush=True))
+    print(check.message, flush=True)
+    if check.reproduced:
+        return specs, []
+    if check.warmup_digest == check.stored_digest:
+        raise UserError(f"{check.message}, from the same warm-up: this machine's kernels differ after the warm-up",
+                        "resume on a machine that reproduces the finished runs, or pass --no-check")
+    runnable, closed = open_blocks(specs, out, check.warmup_digest)
+    left = sorted({block(s) for s in specs if block(s) in closed and not is_done(s, out)})
+    if not any(not is_done(s, out) for s in runnable):
+        raise UserError(f"{check.message}; every unfinished run is in a block begun on another testbed "
+                        f"({_blocks(left)})", "resume on a machine that reproduces them, or pass --no-check to mix "
+                        "testbeds within a block")
+    print(f"this machine is another testbed (warm-up {check.warmup_digest}): it runs only the blocks with none of "
+          f"the other's runs", flush=True)
+    return runnable, left
 
 
 if __name__ == "__main__":

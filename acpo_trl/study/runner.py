@@ -14,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from .recipe import RecipeRunSpec
@@ -107,11 +108,23 @@ def run_grid(specs: list[RunSpec] | list[RecipeRunSpec], out_dir: str | Path, ca
     return [s.run_id for s in specs if not is_done(s, out_dir)]
 
 
-def check_reproduces(specs: list, out_dir: str | Path, cache_dir: str | Path, log=print) -> str | None:
+@dataclass(frozen=True)
+class TestbedCheck:
+    """What :func:`check_reproduces` found: the run it reran, whether it came out bit for bit the same, and the
+    digest of the warm-up this machine trains (its testbed, :func:`testbed.weights_digest`)."""
+
+    run_id: str
+    reproduced: bool
+    warmup_digest: str
+    stored_digest: str | None  # the warm-up the stored run started from (None: not recorded)
+    message: str
+
+
+def check_reproduces(specs: list, out_dir: str | Path, cache_dir: str | Path, log=print) -> TestbedCheck | None:
     """Before a grid resumes on this machine: rerun its shortest finished testbed run (in a worker, as the grid
-    would) and compare its held-out evaluations and rollout rewards with the stored ones, bit for bit. Returns None
-    when they agree (or nothing is finished yet), else what differs: a testbed run is chaotic, so a machine that does
-    not reproduce the finished runs would add runs of another testbed to the grid."""
+    would) and compare its held-out evaluations and rollout rewards with the stored ones, bit for bit. None when
+    nothing is finished yet. A testbed run is chaotic, and the warm-up every run starts from depends on how the
+    machine's kernels round, so a machine that does not reproduce the finished runs is another testbed."""
     import tempfile
 
     out_dir = Path(out_dir)
@@ -123,11 +136,32 @@ def check_reproduces(specs: list, out_dir: str | Path, cache_dir: str | Path, lo
     log(f"checking that this machine reproduces {spec.run_id} ({spec.steps} steps) before resuming")
     with tempfile.TemporaryDirectory() as tmp:
         if run_grid([spec], tmp, cache_dir, jobs=1, log=lambda m: None):
-            return f"{spec.run_id} failed to rerun here (see {tmp}/workers/worker0.log)"
+            log_text = (Path(tmp) / "workers" / "worker0.log").read_text()[-2000:]
+            raise RuntimeError(f"{spec.run_id} failed to rerun here:\n{log_text}")
         rerun = json.loads((Path(tmp) / "runs" / spec.run_id / "result.json").read_text())
-    if rerun["evals"] == stored["evals"] and rerun["rewards"] == stored["rewards"]:
-        log(f"{spec.run_id} reproduced bit for bit")
-        return None
-    return (f"{spec.run_id} does not reproduce here: held-out accuracy {stored['start_sampled']:.4f} -> "
-            f"{stored['final_sampled']:.4f} stored, {rerun['start_sampled']:.4f} -> {rerun['final_sampled']:.4f} "
-            f"rerun with {rerun.get('cpu_kernels', '?')} kernels")
+    reproduced = rerun["evals"] == stored["evals"] and rerun["rewards"] == stored["rewards"]
+    message = f"{spec.run_id} reproduced bit for bit" if reproduced else (
+        f"{spec.run_id} does not reproduce here: held-out accuracy {stored['start_sampled']:.4f} -> "
+        f"{stored['final_sampled']:.4f} stored, {rerun['start_sampled']:.4f} -> {rerun['final_sampled']:.4f} rerun "
+        f"with {rerun.get('cpu_kernels', '?')} kernels (warm-up {rerun['warmup_digest']})")
+    return TestbedCheck(spec.run_id, reproduced, rerun["warmup_digest"], stored.get("warmup_digest"), message)
+
+
+def block(spec) -> tuple[str, int]:
+    """A block of the grid: one group (task, drift level) and one seed. Within a block the variants and regimes
+    are compared run for run, so a block's runs must all come from one testbed."""
+    return spec.group, spec.seed
+
+
+def open_blocks(specs: list, out_dir: str | Path, warmup_digest: str) -> tuple[list, list[tuple[str, int]]]:
+    """For a machine that does not reproduce the finished runs: (the specs it may run, the blocks it must leave).
+    It may run the blocks that have no finished run yet and those whose finished runs all started from its own
+    warm-up (``warmup_digest``; a run finished before warm-ups were recorded counts as another testbed's)."""
+    out_dir = Path(out_dir)
+    closed = set()
+    for spec in specs:
+        if is_done(spec, out_dir):
+            result = json.loads((out_dir / "runs" / spec.run_id / "result.json").read_text())
+            if result.get("warmup_digest") != warmup_digest:
+                closed.add(block(spec))
+    return [s for s in specs if block(s) not in closed], sorted(closed)

@@ -193,6 +193,21 @@ def diagnostics_table(results: list[dict]) -> list[str]:
     return lines + [""]
 
 
+def testbeds_table(results: list[dict]) -> list[str]:
+    """Per group, the warm-ups the runs started from (a machine whose kernels round differently trains another
+    one: another testbed; `acpo-study run` keeps each block of a level and a seed on one), with their seeds and
+    mean step-0 held-out accuracy."""
+    cells: dict = defaultdict(list)
+    for r in results:
+        cells[(group_of(r), r.get("warmup_digest") or "not recorded")].append(r)
+    lines = ["## Testbeds (the warm-up each run started from)", "",
+             "| task | warm-up | seeds | runs | step-0 sampled accuracy |", "|---|---|---|---|---|"]
+    for (task, digest), runs in sorted(cells.items()):
+        seeds = ", ".join(str(s) for s in sorted({r["spec"]["seed"] for r in runs}))
+        lines.append(f"| {task} | {digest} | {seeds} | {len(runs)} | {_mean([r['start_sampled'] for r in runs]):.3f} |")
+    return lines + [""]
+
+
 def write_table(results: list[dict], path: str | Path | None = None) -> str:
     """The Markdown tables (all runs; then without the collapsed ones); written to ``path`` when given."""
     lines = [
@@ -216,6 +231,7 @@ def write_table(results: list[dict], path: str | Path | None = None) -> str:
         for task, data in summarize(results, exclude_collapsed=True).items():
             lines += _task_table(task, data, with_collapse=False)
     lines += diagnostics_table(results)
+    lines += testbeds_table(results)
     text = "\n".join(lines)
     if path is not None:
         Path(path).write_text(text)

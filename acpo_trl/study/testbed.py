@@ -270,6 +270,17 @@ def _train_warm_up(spec: WarmupSpec, out: Path, log) -> None:
     (out / "done").write_text("")
 
 
+def weights_digest(model) -> str:
+    """The first 12 hex digits of the sha256 of a model's parameters (names, then bytes, in name order). A warm-up
+    trained on another machine whose kernels round differently has another digest, so a run records the digest of
+    the warm-up it started from: its testbed."""
+    digest = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        digest.update(name.encode())
+        digest.update(tensor.detach().contiguous().numpy().tobytes())
+    return digest.hexdigest()[:12]
+
+
 def load_warm_model(path: Path):
     """(model, tokenizer) from a :func:`warm_up` folder."""
     from transformers import Qwen2ForCausalLM
@@ -355,6 +366,7 @@ class RunSpec(GridCell):
         (run_dir / "spec.json").write_text(json.dumps(self.to_json(), indent=1))
         start = time.time()
         model, tokenizer = load_warm_model(warm_up(self.warmup, cache_dir))
+        warmup_digest = weights_digest(model)
         train, held = task_problems(self.task)
         args = ACPOConfig(
             output_dir=str(run_dir), report_to="none", use_cpu=True, bf16=False, seed=self.seed, data_seed=self.seed,
@@ -395,4 +407,4 @@ class RunSpec(GridCell):
         if trainer.state.global_step != self.steps:
             raise RuntimeError(f"{self.run_id}: trained {trainer.state.global_step} of {self.steps} steps.")
         return write_result(self, run_dir, evals, start, torch_threads=torch.get_num_threads(),
-                            cpu_kernels=cpu_kernels())
+                            cpu_kernels=cpu_kernels(), warmup_digest=warmup_digest)
