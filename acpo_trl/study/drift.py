@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 # The setting of the measurement that motivated the drift grid (16 updates per rollout, batch 8, 8 completions per
@@ -181,11 +182,13 @@ def run_drift(result: dict, k: int | None = None) -> float:
 
 
 def drift_map(results: list[dict], task: str, reference: dict | None, out_png: Path, upr: int = 16) -> list[str]:
-    """Per variant and drift level of ``task`` (its groups: the task at each learning rate): the measured drift of its
-    ``upr``-update runs, its final accuracy at the smallest upr and at ``upr``, and the relative drop between them
-    with its 95% bootstrap interval. Writes the figure (drop and final accuracy against the measured drift, one line
-    per variant; ``reference``'s drift at each of its learning rates marked) and returns the Markdown table. Variants
-    run at a single level are left out."""
+    """Per variant and drift level of ``task`` (its groups: the task at each learning rate): the level's drift (the
+    median over its variants of their ``upr``-update runs' drift, :func:`run_drift`) and the variant's own, its final
+    accuracy at the smallest upr and at ``upr``, and the relative drop between them with its 95% bootstrap interval.
+    Writes the figure (drop and final accuracy against the level's drift, one line per variant; ``reference``'s drift
+    at each of its learning rates marked) and returns the Markdown table. Variants run at a single level are left
+    out. The map's axis is the level's drift, not each variant's: how far a method lets the policy move within a
+    rollout is one of its outcomes (CISPO does not clip the ratio it weights with), so it is a column, not the axis."""
     from .results import group_of
     from .table import summarize
 
@@ -198,26 +201,33 @@ def drift_map(results: list[dict], task: str, reference: dict | None, out_png: P
         if upr not in data["uprs"] or len(data["uprs"]) < 2:
             continue
         near = data["uprs"][0]
-        for variant, row in sorted(data["rows"].items()):
+        own = {}
+        for variant in data["rows"]:
             drifts = [run_drift(r) for r in runs if group_of(r) == group and r["variant"] == variant
                       and r["spec"]["upr"] == upr]
             drifts = [d for d in drifts if math.isfinite(d)]
-            if not drifts or not row["regimes"][upr]["n"] or not row["regimes"][near]["n"]:
+            if drifts:
+                own[variant] = sum(drifts) / len(drifts)
+        if not own:
+            continue
+        level = statistics.median(own.values())
+        for variant, row in sorted(data["rows"].items()):
+            if variant not in own or not row["regimes"][upr]["n"] or not row["regimes"][near]["n"]:
                 continue
-            drift = sum(drifts) / len(drifts)
             drop, (lo, hi) = row["drop"][upr], row["drop_ci"][upr]
             final_near, final_far = row["regimes"][near]["final"], row["regimes"][upr]["final"]
-            rows.append((variant, lr, drift, final_near, final_far, drop, lo, hi, row["regimes"][upr]["n"]))
-            curves.setdefault(variant, []).append((drift, drop, lo, hi, final_far[0]))
+            rows.append((variant, lr, level, own[variant], final_near, final_far, drop, lo, hi,
+                         row["regimes"][upr]["n"]))
+            curves.setdefault(variant, []).append((level, drop, lo, hi, final_far[0]))
     # A variant run at one level only (the committed grid's other baselines) has no curve: its row is in table.md.
     rows = [row for row in rows if len(curves[row[0]]) > 1]
     curves = {variant: points for variant, points in curves.items() if len(points) > 1}
-    lines = [f"| variant | lr | bin-0 ratio std at k = {upr - 1} (upr {upr}) | final acc, upr 2 | final acc, upr {upr} | "
-             f"drop 2→{upr} [95% CI] | seeds |", "|---|---|---|---|---|---|---|"]
-    for variant, lr, drift, near, far, drop, lo, hi, n in sorted(rows, key=lambda r: (r[0], r[2])):
+    lines = [f"| variant | lr | level's drift | variant's drift | final acc, upr 2 | final acc, upr {upr} | "
+             f"drop 2→{upr} [95% CI] | seeds |", "|---|---|---|---|---|---|---|---|"]
+    for variant, lr, level, drift, near, far, drop, lo, hi, n in sorted(rows, key=lambda r: (r[0], r[2])):
         interval = "" if math.isnan(lo) else f" [{100 * lo:+.0f}, {100 * hi:+.0f}]"
-        lines.append(f"| `{variant}` | {lr:g} | {drift:.3f} | {near[0]:.3f} ± {near[1]:.3f} | {far[0]:.3f} ± {far[1]:.3f} "
-                     f"| {100 * drop:+.1f}%{interval} | {n} |")
+        lines.append(f"| `{variant}` | {lr:g} | {level:.3f} | {drift:.3f} | {near[0]:.3f} ± {near[1]:.3f} | "
+                     f"{far[0]:.3f} ± {far[1]:.3f} | {100 * drop:+.1f}%{interval} | {n} |")
     _plot_drift_map(curves, reference, out_png, task, upr)
     return lines
 
@@ -235,7 +245,8 @@ def _plot_drift_map(curves: dict, reference: dict | None, out_png: Path, task: s
     markers = "osD^vP*Xh"
     for index, (variant, points) in enumerate(sorted(curves.items())):
         points.sort()
-        x = [p[0] for p in points]
+        # the variants of a level share its drift: spread them a little sideways (log axis) so their intervals show
+        x = [p[0] * 1.06 ** (index - (len(curves) - 1) / 2) for p in points]
         y = [100 * p[1] for p in points]
         err = [[100 * (p[1] - p[2]) if math.isfinite(p[2]) else 0 for p in points],
                [100 * (p[3] - p[1]) if math.isfinite(p[3]) else 0 for p in points]]
@@ -256,7 +267,7 @@ def _plot_drift_map(curves: dict, reference: dict | None, out_png: Path, task: s
         ax.xaxis.set_major_formatter(lambda value, _: f"{value:g}")
         ax.xaxis.set_minor_locator(NullLocator())
         ax.xaxis.set_minor_formatter(NullFormatter())
-        ax.set_xlabel(f"measured drift: bin-0 ratio std at the last of {upr} updates per rollout")
+        ax.set_xlabel(f"drift level: bin-0 ratio std at the last of {upr} updates per rollout (median of the variants)")
     ax_drop.axhline(0, color="black", lw=0.6)
     ax_drop.set(ylabel=f"relative drop of final accuracy, upr 2 → {upr} (%)", title=f"{task}: robustness to drift")
     ax_acc.set(ylabel=f"final held-out accuracy at upr {upr}", title=f"{task}: accuracy off-policy")
