@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"left for a machine that reproduces them: {len(left)} blocks ({_blocks(left)})", flush=True)
     if not args.no_report:
         print(report(args.out, args.plots))
-    return 1 if failed else 0
+    return 1 if failed or left else 0
 
 
 def _blocks(blocks: list[tuple[str, int]]) -> str:
