@@ -49,8 +49,15 @@ def test_table_means_drops_ranks_and_collapses():
     text = write_table(results)
     assert "1/2" in text and "Without the collapsed runs" in text and "+25.0%" in text
     assert "| add1 | not recorded | 0, 1 | 8 | 0.370 |" in text  # runs made before warm-ups were recorded
-    results[0]["warmup_digest"] = "0123456789ab"
-    assert "| add1 | 0123456789ab | 0 | 1 | 0.370 |" in write_table(results)
+    assert "on each warm-up alone" not in text  # one warm-up: no split
+    for r in results:
+        if r["spec"]["seed"] == 0:
+            r["warmup_digest"] = "0123456789ab"
+    text = write_table(results)
+    assert "| add1 | 0123456789ab | 0 | 4 | 0.370 |" in text
+    # each warm-up's own comparison: acpo 0.8 -> 0.6 on both; dapo 0.7 -> 0.7 on one, 0.5 -> 0.0 on the other
+    assert "| add1 | `acpo` | 0123456789ab: +25.0% (1) · not recorded: +25.0% (1) |" in text
+    assert "| add1 | `dapo` | 0123456789ab: +0.0% (1) · not recorded: +100.0% (1) |" in text
 
 
 def test_drop_interval_and_the_across_tasks_summary():
