@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from .results import group_of
@@ -193,23 +193,19 @@ def diagnostics_table(results: list[dict]) -> list[str]:
     return lines + [""]
 
 
-def _warmup(result: dict) -> str:
-    return result.get("warmup_digest") or "not recorded"
-
-
 def testbeds_table(results: list[dict]) -> list[str]:
     """Per group, the warm-ups the runs started from (a machine whose kernels round differently trains another
     one: another testbed; `acpo-study run` keeps each block of a level and a seed on one), with their seeds and
     mean step-0 held-out accuracy; where a group holds several, each variant's drop on each warm-up alone."""
     cells: dict = defaultdict(list)
     for r in results:
-        cells[(group_of(r), _warmup(r))].append(r)
+        cells[(group_of(r), r.get("warmup_digest") or "not recorded")].append(r)
     lines = ["## Testbeds (the warm-up each run started from)", "",
              "| task | warm-up | seeds | runs | step-0 sampled accuracy |", "|---|---|---|---|---|"]
     for (task, digest), runs in sorted(cells.items()):
         seeds = ", ".join(str(s) for s in sorted({r["spec"]["seed"] for r in runs}))
         lines.append(f"| {task} | {digest} | {seeds} | {len(runs)} | {_mean([r['start_sampled'] for r in runs]):.3f} |")
-    split = sorted({t for t, _ in cells if sum(task == t for task, _ in cells) > 1})
+    split = sorted(t for t, n in Counter(t for t, _ in cells).items() if n > 1)
     if split:
         lines += ["", "Drop from the smallest to the largest upr on each warm-up alone (number of seeds):", "",
                   "| task | variant | drop per warm-up |", "|---|---|---|"]
