@@ -103,6 +103,14 @@ class ACPOConfig(GRPOConfig):
             on-policy surrogate's, and per-bin gradient shares (0: off).
         diagnostics_grad_params (`list[str]`, *optional*):
             Regular expressions restricting the gradient diagnostics to some parameters (empty: all).
+
+        > Speed
+
+        share_prompt_prefix (`bool`, *optional*, defaults to `False`):
+            Run the tokens that every row of a micro-batch begins with (a shared system prompt, solved examples)
+            once, and the rest of each row against their key/value cache, instead of every token of every row. The
+            same log-probs, entropies and gradients as TRL's forward up to float rounding (`acpo_trl/shared_prefix.py`).
+            Needs `gradient_checkpointing: false`; not used under DeepSpeed or FSDP.
     """
 
     policy_loss: str = field(
@@ -151,6 +159,10 @@ class ACPOConfig(GRPOConfig):
     diagnostics_grad_params: list[str] = field(
         default_factory=list,
         metadata={"help": "Regular expressions of the parameters of the gradient diagnostics (empty: all)."},
+    )
+    share_prompt_prefix: bool = field(
+        default=False,
+        metadata={"help": "Compute the prefix every row of a micro-batch shares once (needs gradient_checkpointing: false)."},
     )
     loss_type: str = field(
         default="grpo",
@@ -208,6 +220,9 @@ class ACPOConfig(GRPOConfig):
 
         if self.dual_clip_c is not None and self.dual_clip_c <= 1:
             fail("dual_clip_c", "must be > 1 (the paper uses 3.0), or None to disable the dual-clip.")
+        if self.share_prompt_prefix and self.gradient_checkpointing:
+            fail("share_prompt_prefix", "runs the rows against the shared prefix's key/value cache, which gradient "
+                 "checkpointing turns off: set gradient_checkpointing: false (or share_prompt_prefix: false).")
         if self.diagnostics_grad_every < 0:
             fail("diagnostics_grad_every", "must be >= 0 (0 turns the gradient diagnostics off).")
         if method is None:

@@ -22,6 +22,8 @@ from trl import GRPOTrainer
 from .config import ACPOConfig
 from .hub import HubUnreachableError, check_hub_reachable
 from .losses import AggregatedLoss, PolicyLossInputs, aggregate_loss, reduce_metrics
+from .shared_prefix import (MIN_SHARED_TOKENS, cache_argument, prefix_cache, shared_prefix_generation,
+                            shared_prefix_length)
 from .vllm_check import check_vllm_device
 
 # Model inputs that TRL's batches may carry besides ids and masks (multimodal models), forwarded as they are.
@@ -75,6 +77,14 @@ class ACPOTrainer(GRPOTrainer):
         self.method = args.method  # None: TRL's own objective
         self.method_needs = self.method.needs_for(args) if self.method is not None else frozenset()
         self.policy_loss_fn = self.method  # the diagnostics wrap it
+        if args.share_prompt_prefix:
+            from peft import PeftModel
+
+            if self.is_deepspeed_enabled or self.is_fsdp_enabled:
+                raise ValueError("ACPOConfig.share_prompt_prefix=True: not supported under DeepSpeed or FSDP (its "
+                                 "two forward calls per micro-batch are untested there); set it to false.")
+            base = self.model.get_base_model() if isinstance(self.model, PeftModel) else self.model
+            self._cache_argument = cache_argument(base)
         if args.diagnostics or args.diagnostics_grad_every:
             from .diagnostics import DiagnosticsConfig, attach_diagnostics
 
@@ -107,6 +117,14 @@ class ACPOTrainer(GRPOTrainer):
                 f"{self.args.output_dir}."
             ) from error
 
+    def _generate_single_turn(self, *args, **kwargs):
+        """TRL's rollout; with ``share_prompt_prefix`` on the transformers backend, ``generate`` prefills the prefix
+        all prompts share once (:func:`~acpo_trl.shared_prefix.generate_with_shared_prefix`)."""
+        if not self.args.share_prompt_prefix or self.use_vllm or self.use_transformers_continuous_batching:
+            return super()._generate_single_turn(*args, **kwargs)
+        with shared_prefix_generation(self.accelerator.unwrap_model(self.model_wrapped)):
+            return super()._generate_single_turn(*args, **kwargs)
+
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
         if "logppl_z" in self.method_needs:
@@ -134,6 +152,37 @@ class ACPOTrainer(GRPOTrainer):
         z = (groups - groups.mean(-1, keepdim=True)) / (groups.std(-1, unbiased=False, keepdim=True) + 1e-6)
         start = self.accelerator.process_index * logppl.size(0)
         return z.flatten()[start : start + logppl.size(0)]
+
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                           compute_entropy=False, compute_aux_loss=False, **model_inputs):
+        """TRL's per-token log-probs and entropies; with ``share_prompt_prefix``, each chunk of ``batch_size`` rows
+        that shares at least ``MIN_SHARED_TOKENS`` leading tokens runs that prefix once (:mod:`acpo_trl.shared_prefix`).
+        Multimodal inputs and the MoE aux loss take TRL's path."""
+        if not self.args.share_prompt_prefix or compute_aux_loss or any(v is not None for v in model_inputs.values()):
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
+                **model_inputs)
+        batch_size = batch_size or input_ids.size(0)
+        logps, entropies = [], []
+        for start in range(0, input_ids.size(0), batch_size):
+            ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
+            shared = shared_prefix_length(ids, mask, logits_to_keep)
+            if ids.size(0) < 2 or shared < MIN_SHARED_TOKENS:
+                chunk_logps, chunk_entropies, _ = super()._get_per_token_logps_and_entropies(
+                    model, ids, mask, logits_to_keep, compute_entropy=compute_entropy)
+            else:
+                labels = ids.masked_fill(mask == 0, -100)
+                labels[:, :-logits_to_keep] = -100
+                with self.accelerator.autocast():
+                    cache = prefix_cache(self.accelerator.unwrap_model(model), ids[:1, :shared], mask[:1, :shared],
+                                         rows=ids.size(0))
+                    outputs = model(input_ids=ids[:, shared:], attention_mask=mask, labels=labels[:, shared:],
+                                    fused_lm_head=True, **{self._cache_argument: cache})
+                chunk_logps = outputs.log_probs[:, -logits_to_keep:]
+                chunk_entropies = outputs.entropy[:, -logits_to_keep:] if compute_entropy else None
+            logps.append(chunk_logps)
+            entropies.append(chunk_entropies)
+        return torch.cat(logps), torch.cat(entropies) if compute_entropy else None, None
 
     def _all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         return self.accelerator.reduce(tensor, reduction="sum") if self.accelerator.num_processes > 1 else tensor

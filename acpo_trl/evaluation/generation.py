@@ -120,6 +120,8 @@ class TransformersBackend:
         runs once per prompt and repeats its completion)."""
         import torch
 
+        from ..shared_prefix import generate_with_shared_prefix
+
         model = self.model
         greedy = self.settings.temperature == 0
         per_call = 1 if greedy else num_samples
@@ -133,10 +135,8 @@ class TransformersBackend:
         try:
             with torch.random.fork_rng(devices=rng_devices, device_type=device.type), torch.inference_mode():
                 torch.manual_seed(seed)
-                output = model.generate(
-                    input_ids=input_ids.to(device),
-                    attention_mask=attention_mask.to(device),
-                    generation_config=self._generation_config(per_call),
+                output = generate_with_shared_prefix(
+                    model, input_ids.to(device), attention_mask.to(device), self._generation_config(per_call)
                 )
         finally:
             model.train(was_training)

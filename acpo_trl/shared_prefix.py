@@ -1,0 +1,89 @@
+"""Scoring a micro-batch whose rows begin alike, with the common beginning computed once.
+
+GRPO scores G completions of every prompt, and a task's prompts often open the same way (a system prompt, solved
+examples): in the offline demo 74 of a row's 96 tokens are the same in every row. TRL's forward runs the model on
+every token of every row. With ``ACPOConfig.share_prompt_prefix`` the trainer instead
+
+1. finds the longest prefix that every row of the micro-batch has in common, tokens and attention mask alike
+   (:func:`shared_prefix_length`), stopping before the token that predicts the first scored one;
+2. runs the model once on that prefix (batch 1) and repeats its key/value cache over the rows (:func:`prefix_cache`);
+3. runs the rest of each row against the cache, through TRL's fused LM head, as TRL's forward would.
+
+Generation takes the same shortcut (:func:`generate_with_shared_prefix`, transformers' documented prompt-cache reuse):
+the rollouts of ``ACPOTrainer`` on the transformers backend and the held-out evaluations of ``acpo_trl.evaluation``
+prefill the shared prefix once; their samples are the same as without it.
+
+Positions, attention mask and causal structure are those of the full rows, so log-probs, entropies and gradients
+equal TRL's up to float rounding (the gradient reaches the prefix through the cache, summed over the rows as the
+full forward sums it); ``tests/test_shared_prefix.py`` checks this against ``GRPOTrainer``. It needs the model's
+cache, so it is refused with gradient checkpointing, and it is not used under DeepSpeed or FSDP (untested there).
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+from contextlib import contextmanager
+
+import torch
+
+# Below this many shared tokens the extra forward call costs more than it saves.
+MIN_SHARED_TOKENS = 8
+
+
+def shared_prefix_length(input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int) -> int:
+    """The number of leading columns on which every row of ``input_ids`` and ``attention_mask`` agrees, capped at
+    ``T - logits_to_keep - 1`` so that the rest of each row still holds the token that predicts the first of the
+    ``logits_to_keep`` scored ones. One host sync."""
+    same = (input_ids == input_ids[:1]).all(0) & (attention_mask == attention_mask[:1]).all(0)
+    common = int(same.long().cumprod(0).sum())
+    return max(0, min(common, input_ids.size(1) - logits_to_keep - 1))
+
+
+def cache_argument(model) -> str:
+    """The name under which ``model``'s forward takes a key/value cache: ``cache`` (transformers >= 5.24) or
+    ``past_key_values`` (earlier)."""
+    return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+
+
+def prefix_cache(model, prefix_ids: torch.Tensor, prefix_mask: torch.Tensor, rows: int):
+    """The key/value cache of ``model`` on one row's prefix (``(1, L)`` ids and mask), repeated over ``rows`` rows.
+
+    Gradients flow from the cache to the prefix's forward. ``model`` is called as it is (not through a DDP
+    wrapper: DDP's gradient hooks sit on the parameters, which the later call through the wrapper also reaches)."""
+    output = model(input_ids=prefix_ids, attention_mask=prefix_mask, use_cache=True, logits_to_keep=1)
+    cache = getattr(output, "cache", None)
+    if cache is None:
+        cache = getattr(output, "past_key_values", None)
+    if cache is None:
+        raise RuntimeError(f"{type(model).__name__} returned no key/value cache with use_cache=True; set "
+                           "share_prompt_prefix: false.")
+    cache.batch_repeat_interleave(rows)
+    return cache
+
+
+def generate_with_shared_prefix(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, generation_config,
+                                **kwargs):
+    """``model.generate`` with the prefix that every prompt row shares prefilled once and its cache handed to
+    ``generate``. Plain ``generate`` when the rows share fewer than ``MIN_SHARED_TOKENS`` tokens, when other model
+    inputs come along (images) or the config asks for its own cache implementation."""
+    generate = type(model).generate
+    shared = shared_prefix_length(input_ids, attention_mask, logits_to_keep=0)
+    rows = input_ids.size(0) * (generation_config.num_return_sequences or 1)
+    if rows < 2 or shared < MIN_SHARED_TOKENS or generation_config.cache_implementation is not None or kwargs:
+        return generate(model, input_ids=input_ids, attention_mask=attention_mask,
+                        generation_config=generation_config, **kwargs)
+    cache = prefix_cache(model, input_ids[:1, :shared], attention_mask[:1, :shared], rows)
+    return generate(model, input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config,
+                    **{cache_argument(model): cache}, **kwargs)
+
+
+@contextmanager
+def shared_prefix_generation(model):
+    """Within the block, ``model.generate`` is :func:`generate_with_shared_prefix` (for a caller that calls
+    ``generate`` itself, as TRL's rollout does)."""
+    model.generate = functools.partial(generate_with_shared_prefix, model)
+    try:
+        yield
+    finally:
+        del model.generate
