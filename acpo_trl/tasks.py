@@ -48,6 +48,11 @@ class ACPOScriptArguments(ScriptArguments):
         report_eval_steps (`int`, *optional*): with `report`, also evaluate the held-out set every this many
             optimizer steps (logged as `eval/<task>/...` in `metrics.jsonl` and to `report_to`; the learning curve that
             `acpo-study --recipe` reads).
+        save_final_model (`bool`, defaults to `True`): save the trained model to `output_dir` at the end (with
+            `save_strategy: "no"` and this off, a run writes no weights: a study cell).
+        report_before_file (`str`, *optional*): with `report`, the before-training evaluation is read from this JSON
+            file when it exists, and evaluated and written there when not. Runs that start from the same model and
+            evaluate the same held-out set with the same seed share it (a study's variants of one seed).
     """
 
     task: str = field(default="countdown", metadata={"help": "countdown | math | hitab | addition | toy"})
@@ -71,6 +76,11 @@ class ACPOScriptArguments(ScriptArguments):
         default=None, metadata={"help": "Report: also evaluate the held-out set every N optimizer steps."}
     )
 
+    save_final_model: bool = field(default=True, metadata={"help": "Save the trained model to output_dir at the end."})
+    report_before_file: str | None = field(
+        default=None, metadata={"help": "Report: read the before-training evaluation from / write it to this JSON file."}
+    )
+
     def __post_init__(self):
         if self.task not in TASKS:
             raise ValueError(f"ACPOScriptArguments.task={self.task!r}: choose one of {sorted(TASKS)}.")
@@ -80,6 +90,9 @@ class ACPOScriptArguments(ScriptArguments):
             raise ValueError(f"ACPOScriptArguments.report_eval_steps={self.report_eval_steps}: give a positive "
                              "number of steps, together with `report: true` (the periodic evaluation is part of the "
                              "report).")
+        if self.report_before_file is not None and not self.report:
+            raise ValueError(f"ACPOScriptArguments.report_before_file={self.report_before_file!r}: the before-training "
+                             "evaluation is part of the report; set `report: true` (or drop report_before_file).")
 
 
 @dataclass
@@ -141,8 +154,9 @@ ADDITION_INSTRUCTION = "Put your final answer within \\boxed{}, for example: 2 +
 ADDITION_EXAMPLES = ((2, 3), (4, 4), (7, 1), (5, 8), (6, 2), (9, 7))
 
 
-def addition_dataset(num_tasks: int, digits: int, seed: int, template: str, shots: int = 0):
-    """``num_tasks`` problems "What is a + b?" with ``digits``-digit operands (seeded), answer in \\boxed{}.
+def addition_dataset(num_tasks: int, digits: int, seed: int, template: str, shots: int = 0, distinct: bool = False):
+    """``num_tasks`` problems "What is a + b?" with ``digits``-digit operands (seeded), answer in \\boxed{}; with
+    ``distinct``, no problem twice (a held-out set: 100 single-digit problems are then all of them).
 
     With ``shots`` > 0 (chat template only) the question follows the first ``shots`` of ``ADDITION_EXAMPLES`` as
     earlier turns of the conversation (user "What is a + b?", assistant "\\boxed{a + b}") instead of the instruction:
@@ -160,10 +174,15 @@ def addition_dataset(num_tasks: int, digits: int, seed: int, template: str, shot
     for a, b in ADDITION_EXAMPLES[:shots]:
         history += [{"role": "user", "content": f"What is {a} + {b}?"}, {"role": "assistant", "content": f"\\boxed{{{a + b}}}"}]
     low, high = (0 if digits == 1 else 10 ** (digits - 1)), 10**digits - 1
+    span = high - low + 1
+    if distinct and num_tasks > span**2:
+        raise ValueError(f"ACPOScriptArguments.num_eval_tasks={num_tasks}: there are only {span**2} distinct "
+                         f"{digits}-digit additions; ask for at most that many.")
     rng = random.Random(seed)
+    pairs = ([divmod(i, span) for i in rng.sample(range(span**2), num_tasks)] if distinct else
+             [(rng.randint(0, span - 1), rng.randint(0, span - 1)) for _ in range(num_tasks)])
     rows = {"prompt": [], "answer": []}
-    for _ in range(num_tasks):
-        a, b = rng.randint(low, high), rng.randint(low, high)
+    for a, b in ((low + i, low + j) for i, j in pairs):
         if history:
             rows["prompt"].append(history + [{"role": "user", "content": f"What is {a} + {b}?"}])
         else:
@@ -175,9 +194,11 @@ def addition_dataset(num_tasks: int, digits: int, seed: int, template: str, shot
 def _addition(args: ACPOScriptArguments, seed: int) -> Task:
     from .rewards.math import math_reward
 
-    build = lambda n, s: addition_dataset(n, args.addition_digits, s, args.prompt_template,  # noqa: E731
-                                          args.addition_shots)
-    return Task(build(args.num_train_tasks, seed), build(args.num_eval_tasks, seed + 10_000), [math_reward])
+    def build(n, offset, distinct=False):
+        return addition_dataset(n, args.addition_digits, seed + offset, args.prompt_template, args.addition_shots,
+                                distinct=distinct)
+
+    return Task(build(args.num_train_tasks, 0), build(args.num_eval_tasks, 10_000, distinct=True), [math_reward])
 
 
 def _toy(args: ACPOScriptArguments, seed: int) -> Task:

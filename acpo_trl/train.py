@@ -60,6 +60,28 @@ def write_report(path: str, script_args, training_args, model_name: str, before:
     return text
 
 
+def shared_evaluation(path: str | None, evaluate, accelerator) -> dict:
+    """``evaluate()``, or its result stored at ``path`` by an earlier run; a new result is written there atomically.
+    Every process takes the same branch (the main process decides), since ``evaluate`` gathers over processes."""
+    from accelerate.utils import broadcast_object_list
+
+    if path is None:
+        return evaluate()
+    stored = [json.loads(open(path).read()) if accelerator.is_main_process and os.path.exists(path) else None]
+    if accelerator.num_processes > 1:
+        broadcast_object_list(stored)
+    if stored[0] is not None:
+        return stored[0]
+    result = evaluate()
+    if accelerator.is_main_process:
+        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(result, f, indent=1)
+        os.replace(tmp, path)
+    return result
+
+
 def write_diagnostics_plots(entries: list[dict], training_args) -> list[str]:
     """``diagnostics_bins.png`` (eps, log-ratio std and clip fractions per bin against the update index k) and,
     when the gradient check ran, ``diagnostics_gradient.png`` (angle, norm ratio, per-bin shares over training)."""
@@ -73,11 +95,11 @@ def write_diagnostics_plots(entries: list[dict], training_args) -> list[str]:
     return out
 
 
-def run(script_args, training_args, model_args, callbacks=None, save_model=True):
+def run(script_args, training_args, model_args, callbacks=None):
     """Build the task and the trainer, train, save; with ``report``, evaluate before/after and write the outputs.
 
-    ``callbacks``: extra ``TrainerCallback`` objects; ``save_model=False`` keeps the trained weights in memory only
-    (a measurement run). Returns the trainer."""
+    ``callbacks``: extra ``TrainerCallback`` objects (``script_args.save_final_model=False`` keeps the trained
+    weights in memory only: a measurement run). Returns the trainer."""
     from transformers import PrinterCallback, ProgressCallback
     from trl import get_peft_config, get_quantization_config
 
@@ -135,16 +157,16 @@ def run(script_args, training_args, model_args, callbacks=None, save_model=True)
                                  seed=training_args.seed)
         if script_args.report_eval_steps:
             trainer.add_callback(evaluator)  # logged to metrics.jsonl and report_to as eval/<task>/...
-        before = evaluator.evaluate()
+        before = shared_evaluation(script_args.report_before_file, evaluator.evaluate, trainer.accelerator)
 
     start = time.time()
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     wall_s = time.time() - start
-    if save_model:
+    if script_args.save_final_model:
         trainer.save_model(training_args.output_dir)
 
     if evaluator is not None:
-        after = evaluator.evaluate()
+        after = evaluator.metrics_at(trainer.state.global_step)
         if trainer.is_world_process_zero():
             entries = read_metrics(metrics_path)
             with open(os.path.join(training_args.output_dir, "eval_before_after.json"), "w") as f:

@@ -187,3 +187,24 @@ def test_plots_from_logged_entries(tmp_path):
     assert table["acpo_eps"][(0, 4)] == pytest.approx(0.2) and table["acpo_eps"][(2, 0)] == pytest.approx(1.2)
     for png in (plot_bins_vs_k(entries, str(tmp_path / "a.png")), plot_gradient_diagnostics(entries, str(tmp_path / "b.png"))):
         assert (tmp_path / png.split("/")[-1]).stat().st_size > 1000
+
+
+def test_the_diagnostics_report_each_bin_clip_methods_own_ranges(tmp_path):
+    """acpo and acpo_log report their own rule's eps (ratio / log-ratio), the other methods ACPO's; the rule is
+    logged with the diagnostics and recorded in a run's summary."""
+    from conftest import trainer_kwargs
+
+    from acpo_trl import ACPOConfig
+    from acpo_trl.diagnostics.hook import diagnostics_rule
+    from acpo_trl.study.results import summarize_diagnostics
+
+    def rule(**fields):
+        return diagnostics_rule(ACPOConfig(**trainer_kwargs(tmp_path, steps_per_generation=2, **fields)))
+
+    assert rule(policy_loss="acpo", acpo_alpha=1.0).statistic == "ratio" and rule(acpo_alpha=1.0).alpha == 1.0
+    assert rule(policy_loss="acpo_log").statistic == "logratio"
+    assert rule(policy_loss="dapo").statistic == "ratio"  # what ACPO would set
+    assert rule(policy_loss="dlogp_reweight", reweight_base_loss="acpo_log").statistic == "logratio"
+    entries = [{"step": 1, "diag/k0/bin0/acpo_eps": 0.2, "diag/eps_rule_logratio": 1.0}]
+    assert summarize_diagnostics(entries)["eps_rule"] == "logratio"
+    assert summarize_diagnostics([{"step": 1, "diag/k0/bin0/acpo_eps": 0.2}])["eps_rule"] == "ratio"

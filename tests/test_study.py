@@ -45,6 +45,7 @@ def test_table_means_drops_ranks_and_collapses():
     assert rows["acpo"]["drop"][8] == pytest.approx(0.25)
     assert rows["acpo"]["avg_rank"] == 1.0 and rows["dapo"]["avg_rank"] == 2.0
     assert rows["dapo"]["regimes"][8]["collapsed"] == 1
+    assert rows["dapo"]["regimes"][8]["below_start"] == 0  # the collapsed run is counted as collapsed only
     assert summarize(results, exclude_collapsed=True)["add1"]["rows"]["dapo"]["regimes"][8]["final"][0] == 0.7
     text = write_table(results)
     assert "1/2" in text and "Without the collapsed runs" in text and "+25.0%" in text
@@ -63,10 +64,19 @@ def test_table_means_drops_ranks_and_collapses():
 def test_drop_interval_and_the_across_tasks_summary():
     from acpo_trl.study.table import drop_interval, summarize, write_table
 
-    lo, hi = drop_interval([0.8, 0.82, 0.78, 0.8], [0.4, 0.6, 0.5, 0.5])
+    def seeds(*values):
+        return dict(enumerate(values))
+
+    lo, hi = drop_interval(seeds(0.8, 0.82, 0.78, 0.8), seeds(0.4, 0.6, 0.5, 0.5))
     assert 0.25 < lo < 0.375 < hi < 0.5  # the point estimate 0.375 lies inside
-    assert drop_interval([0.8, 0.8], [0.8, 0.8]) == (0.0, 0.0)
-    assert all(x != x for x in drop_interval([0.8], [0.5, 0.6]))  # one seed: no interval (nan)
+    assert drop_interval(seeds(0.8, 0.8), seeds(0.8, 0.8)) == (0.0, 0.0)
+    assert all(x != x for x in drop_interval(seeds(0.8), seeds(0.5, 0.6)))  # one common seed: no interval (nan)
+    # paired by seed: each seed's upr-16 run is 0.1 below its upr-2 run, whatever the seed's own level, so the
+    # interval is tight; resampling the regimes independently would mix the seeds' levels into it
+    near, far = seeds(0.8, 0.6, 0.7, 0.5), seeds(0.7, 0.5, 0.6, 0.4)
+    lo, hi = drop_interval(near, far)
+    assert 0.12 < lo < 0.1 / 0.65 < hi < 0.21  # independent resampling would span about [-0.2, +0.4]
+    assert drop_interval(near, {**far, 7: 0.0}) == (lo, hi)  # a seed one regime lacks is left out
     results = [_result(task, v, upr, s, acc) for task in ("add1", "add2") for s in range(3)
                for v, upr, acc in (("acpo", 2, 0.8), ("acpo", 16, 0.4), ("dapo", 2, 0.7), ("dapo", 16, 0.7))]
     summary = summarize(results)
@@ -84,6 +94,9 @@ def test_collapse_rule():
     assert collapsed([(s, 0.5 if s < 100 else 0.0) for s in range(1, 201, 8)], 200)
     assert not collapsed([(s, 0.0 if s < 190 else 0.1) for s in range(1, 201, 8)], 200)
     assert not collapsed([(200, 0.0)], 200)  # one rollout is not "stayed"
+    # 8 rollouts of 16 updates: the last 20% holds one rollout, so the last two decide
+    assert collapsed([(1 + 16 * i, r) for i, r in enumerate([0.2, 0.1, 0.2, 0.1, 0.02, 0.0, 0.0, 0.0])], 128)
+    assert not collapsed([(1 + 16 * i, r) for i, r in enumerate([0.2, 0.1, 0.2, 0.1, 0.02, 0.0, 0.1, 0.0])], 128)
 
 
 @pytest.mark.slow
@@ -193,10 +206,41 @@ def test_recipe_cell_changes_only_what_the_study_varies(tmp_path):
         args=[*grid_cell.command(tmp_path / "gpu")[len(grid_cell.launcher):], "--use_cpu", "true"])
     assert training_args.policy_loss == "cispo" and training_args.updates_per_rollout == 16
     assert script_args.report and script_args.report_eval_steps == 50 and training_args.diagnostics
+    assert not script_args.save_final_model  # a cell writes no weights
     from acpo_trl.tasks import ACPOScriptArguments
 
     with pytest.raises(ValueError, match="report_eval_steps.*report: true"):
         ACPOScriptArguments(task="toy", report_eval_steps=5)
+
+
+def test_real_model_grid_samples_the_same_rollouts_in_every_regime(tmp_path, capsys):
+    """The real-model grid: level a whole before level b, seed by seed; every cell samples rollouts of 64
+    completions for its level's number of rollouts, the mini-batch (and so the number of updates) being what the
+    regime changes; the before-training evaluation is shared per seed; `plan` prints the time per level."""
+    from acpo_trl.study.cli import main
+    from acpo_trl.study.grids import REAL_MODEL_LEVELS, real_model_grid
+    from acpo_trl.train import make_parser
+
+    specs = real_model_grid(seeds=range(2))
+    assert len(specs) == 2 * 2 * 2 * 4 and len({s.run_id for s in specs}) == len(specs)
+    assert [s.lr for s in specs] == [REAL_MODEL_LEVELS[0].lr] * 16 + [REAL_MODEL_LEVELS[1].lr] * 16
+    assert {s.variant for s in specs} == {"acpo", "acpo(alpha=1, clip=[0.05, 0.5])", "dapo", "cispo"}
+    completions = set()
+    for spec in (s for s in specs if s.seed == 1 and s.lr == REAL_MODEL_LEVELS[0].lr):
+        command = spec.command(tmp_path / "cell", spec.before_file(tmp_path))
+        script_args, args, _ = make_parser().parse_args_and_config(args=command[len(spec.launcher):])
+        assert args.updates_per_rollout == spec.upr and args.learning_rate == REAL_MODEL_LEVELS[0].lr
+        assert args.max_steps == REAL_MODEL_LEVELS[0].steps * spec.upr and args.diagnostics
+        completions.add(args.per_device_train_batch_size * args.steps_per_generation)
+        assert script_args.report_before_file == str(tmp_path / "before" / "smollm2_addition" / "seed1.json")
+        assert args.share_prompt_prefix and not script_args.save_final_model
+    assert completions == {64}
+    assert specs[0].run_id == "smollm2_addition@lr2e-05/acpo/upr2/seed0"
+    assert main(["plan", "--real-model", "--levels", "a", "--seeds", "1", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "smollm2_addition@lr2e-05: 8 runs" in out and "8 runs (8 to do); estimated" in out
+    with pytest.raises(ValueError, match="rollout=64: must split into 3 updates"):
+        type(specs[0])(specs[0].recipe, upr=3, rollout=64, rollouts=2)
 
 
 @pytest.mark.slow
@@ -221,6 +265,10 @@ def test_recipe_study_runs_acpo_train_per_cell_and_reports(tmp_path, tiny_dir, c
             cell = out / "runs" / f"toy_recipe/{method}/upr{upr}/seed0"
             result = json.loads((cell / "result.json").read_text())
             assert [e["step"] for e in result["evals"]] == [0, 1, 2]
+            assert {"sampled", "pass", "truncation"} <= set(result["evals"][-1])
+            before = json.loads((out / "before" / "toy_recipe" / "seed0.json").read_text())  # shared by the cells
+            assert result["evals"][0]["sampled"] == before["eval/toy/avg@2"]
+            assert not (cell / "model.safetensors").exists()
             assert f"--policy_loss {method}" in result["command"]
             assert f"--steps_per_generation {upr}" in result["command"]
             assert result["spec"]["task"] == "toy_recipe" and result["diagnostics"]["bins"]["acpo_eps"]

@@ -50,6 +50,25 @@ def test_acpo_train_writes_report_plot_and_metrics(tmp_path, tiny_dir):
 
 
 @pytest.mark.slow
+def test_the_last_periodic_evaluation_is_the_after_training_one(tmp_path, tiny_dir, monkeypatch):
+    """report_eval_steps dividing max_steps: the evaluation at the last step is reused as "after" (the model has
+    not changed), not run twice; save_final_model: false writes no weights."""
+    from acpo_trl.evaluation.callback import EvalCallback
+
+    calls = []
+    original = EvalCallback.evaluate
+    monkeypatch.setattr(EvalCallback, "evaluate", lambda self: calls.append(1) or original(self))
+    train(recipe(tmp_path, tiny_dir, report=True, report_eval_steps=2, save_final_model=False))
+    out = tmp_path / "out"
+    assert len(calls) == 3  # before, step 2, step 4 (= after)
+    entries = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    at_end = next(e for e in entries if e["step"] == 4 and "eval/toy/avg@2" in e)
+    after = json.loads((out / "eval_before_after.json").read_text())["after"]
+    assert after["eval/toy/avg@2"] == at_end["eval/toy/avg@2"]
+    assert not (out / "model.safetensors").exists()
+
+
+@pytest.mark.slow
 def test_lora_through_model_config(tmp_path, tiny_dir):
     from peft import PeftModel
 
@@ -179,3 +198,31 @@ def test_addition_task_with_solved_examples_as_earlier_turns():
         addition_dataset(2, 1, 0, "base", shots=2)
     with pytest.raises(ValueError, match=r"addition_shots=7: must be in \[0, 6\]"):
         addition_dataset(2, 1, 0, "chat", shots=7)
+    # A held-out set asks for distinct problems: 100 single-digit additions are then all of them, each once.
+    held_out = addition_dataset(100, 1, 10_000, "chat", shots=2, distinct=True)
+    assert len({p[-1]["content"] for p in held_out["prompt"]}) == 100
+    with pytest.raises(ValueError, match="num_eval_tasks=101: there are only 100 distinct 1-digit additions"):
+        addition_dataset(101, 1, 0, "chat", distinct=True)
+
+
+def test_before_training_evaluation_is_shared_through_a_file(tmp_path):
+    """report_before_file: the first run evaluates and writes it, a later run reads it instead of evaluating."""
+    from types import SimpleNamespace
+
+    from acpo_trl.train import shared_evaluation
+
+    accelerator = SimpleNamespace(is_main_process=True, num_processes=1)
+    calls = []
+
+    def evaluate():
+        calls.append(1)
+        return {"eval/t/avg@4": 0.25}
+
+    path = str(tmp_path / "before" / "seed0.json")
+    assert shared_evaluation(path, evaluate, accelerator) == {"eval/t/avg@4": 0.25}
+    assert shared_evaluation(path, lambda: pytest.fail("evaluated again"), accelerator) == {"eval/t/avg@4": 0.25}
+    assert shared_evaluation(None, evaluate, accelerator) == {"eval/t/avg@4": 0.25} and len(calls) == 2
+    from acpo_trl.tasks import ACPOScriptArguments
+
+    with pytest.raises(ValueError, match="report_before_file.*report: true"):
+        ACPOScriptArguments(task="toy", report_before_file=path)

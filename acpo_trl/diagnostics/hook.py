@@ -4,7 +4,9 @@
 loss it adds, to the metrics the trainer already all-reduces and logs in one call,
 
 - every micro-batch: :func:`~acpo_trl.diagnostics.ratio_diagnostics` keyed by the update index k within the
-  rollout (``diag/k{k}/bin{b}/...``), with the clip masks the method's loss returned and the run's ACPO rule;
+  rollout (``diag/k{k}/bin{b}/...``), with the clip masks the method's loss returned and the bin rule of
+  :func:`diagnostics_rule` (``acpo_eps``: the method's own ranges for ACPO and ``acpo_log``, what ACPO would set for
+  the others), which ``diag/eps_rule_logratio`` records (1: the log-ratio rule of ``acpo_log``, 0: the ratio);
 - once in every window of ``grad_every`` optimizer steps (at a rotating update index, see
   :func:`gradient_step_due`), on the first micro-batch of the step:
   :func:`~acpo_trl.diagnostics.gradient_diagnostics` on the parameters matching ``grad_params``; the angle and norm
@@ -18,6 +20,8 @@ The wrapper sees the method's per-token loss before the trainer adds KL / the vL
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+
+import torch
 
 from ..losses.acpo import BinClipRule
 from ..losses.registry import PolicyLossInputs, PolicyLossOutput
@@ -54,6 +58,13 @@ def gradient_step_due(optimizer_step: int, grad_every: int, updates_per_rollout:
     return offset == window % min(updates_per_rollout, grad_every)
 
 
+def diagnostics_rule(run_config) -> BinClipRule:
+    """The bin rule whose ranges the diagnostics report: the method's own when it clips by bins (ACPO: the ratio's
+    std; ``acpo_log``: the log-ratio's), else ACPO's ratio rule with the config's ``acpo_*`` fields."""
+    statistic = run_config.method.bin_statistic_for(run_config) if run_config.method is not None else None
+    return BinClipRule.from_config(run_config, statistic=statistic or "ratio")
+
+
 def attach_diagnostics(trainer, config: DiagnosticsConfig):
     """Wrap ``trainer.policy_loss_fn`` so that it also returns the diagnostics; returns the trainer."""
     loss_fn = trainer.policy_loss_fn
@@ -61,6 +72,7 @@ def attach_diagnostics(trainer, config: DiagnosticsConfig):
     params = [p for _, p in select_parameters(trainer.model, config.grad_params)] if config.grad_every else []
 
     updates = max(1, args.steps_per_generation * trainer.num_iterations // args.gradient_accumulation_steps)
+    rule = diagnostics_rule(args)
 
     def with_diagnostics(inputs: PolicyLossInputs, run_config) -> PolicyLossOutput:
         output = loss_fn(inputs, run_config)
@@ -72,9 +84,11 @@ def attach_diagnostics(trainer, config: DiagnosticsConfig):
         k = update_index(step, args.steps_per_generation, trainer.num_iterations, ga)
         if config.ratio_stats:
             metrics.update(ratio_diagnostics(
-                inputs.logps, inputs.old_logps, inputs.mask, inputs.advantages, rule=BinClipRule.from_config(run_config),
+                inputs.logps, inputs.old_logps, inputs.mask, inputs.advantages, rule=rule,
                 clipped_high=output.clipped_high, clipped_low=output.clipped_low, k=k,
             ))
+            one = inputs.logps.new_ones((), dtype=torch.float64)
+            metrics["diag/eps_rule_logratio"] = (one * (rule.statistic == "logratio"), one)
         if config.grad_every and step % ga == 0 and gradient_step_due(step // ga, config.grad_every, updates):
             grad = gradient_diagnostics(
                 output.per_token_loss, inputs.logps, inputs.old_logps, inputs.advantages, inputs.mask, params,

@@ -11,7 +11,8 @@ Per bin b the metrics are (name -> (numerator, denominator), the trainer's forma
     logratio_mean/_std     the same for x = log r
     logratio_skew          E[(x - mu)^3] / sigma^3 of x within the bin (0 for a log-normal r)
     logratio_kurt          excess kurtosis E[(x - mu)^4] / sigma^4 - 3 (0 for a log-normal r)
-    acpo_eps               eps_b = clamp(base + alpha std_b(r), min, max), what ACPO would use
+    acpo_eps               eps_b = clamp(base + alpha std_b, min, max) of ``rule`` (std of r, or of log r for
+                           ``acpo_log``'s rule)
     acpo_clip_frac_pos/neg fraction of the bin's A > 0 (A < 0) tokens that ACPO's eps_b would clip
     clip_frac_pos/neg      the same for the clip masks the method actually run returned (when it has any)
 

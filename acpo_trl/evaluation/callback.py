@@ -80,6 +80,7 @@ class EvalCallback(TrainerCallback):
         self.batch_size = batch_size
         self.eval_on_start = eval_on_start
         self._last_step = None
+        self.last_metrics: dict[str, float] | None = None  # of the last periodic evaluation, at step _last_step
 
     def on_train_begin(self, args, state, control, **kwargs):
         if self.eval_on_start:
@@ -88,6 +89,11 @@ class EvalCallback(TrainerCallback):
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step % self.eval_steps == 0:
             self._evaluate(state, control)
+
+    def metrics_at(self, step: int) -> dict[str, float]:
+        """The metrics of the model at optimizer step ``step``: the periodic evaluation's when it ran at that step
+        (the model has not changed since), else a new evaluation."""
+        return self.last_metrics if self._last_step == step and self.last_metrics is not None else self.evaluate()
 
     def evaluate(self) -> dict[str, float]:
         """The metrics of the trainer's current model, as they are logged (``eval/<benchmark>/<metric>``)."""
@@ -127,5 +133,6 @@ class EvalCallback(TrainerCallback):
         # between logging steps into this entry. Logging resets `should_log`, which would drop this step's
         # regular training log: keep the flag as it was.
         should_log = control.should_log
-        Trainer.log(self.trainer, self.evaluate())
+        self.last_metrics = self.evaluate()
+        Trainer.log(self.trainer, self.last_metrics)
         control.should_log = should_log

@@ -290,13 +290,13 @@ def validate_acpo(config) -> None:
                          "micro-batch, as the authors) or 'global'.")
 
 
-@register_policy_loss("acpo", validate=validate_acpo)
+@register_policy_loss("acpo", validate=validate_acpo, bin_statistic="ratio")
 def acpo_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
     """ACPO: the clipped surrogate with ratio range [1 - eps_b, 1 + eps_b], eps_b from the within-bin std of r."""
     return bin_clipped_loss(inputs, config, BinClipRule.from_config(config))
 
 
-@register_policy_loss("acpo_log", validate=validate_acpo)
+@register_policy_loss("acpo_log", validate=validate_acpo, bin_statistic="logratio")
 def acpo_log_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
     """This package's variant (not the paper's): log r clipped to [-eps_b, eps_b], eps_b from the within-bin std of
     log r, with ACPO's config fields (K, alpha, base, clamp, dual-clip, scope)."""

@@ -8,7 +8,11 @@
                                          learning rate, from the committed grid's to one matched to a real LM) x
                                          ACPO (paper, authors' defaults), acpo_log, DAPO, CISPO x upr 2/16 x 8
                                          seeds (`--levels between`: one level)
-    acpo-study plan [--quick|--pilot|--drift]
+    acpo-study run --real-model          the real-model grid, into study/smollm2/: SmolLM2-135M-Instruct (offline) on
+                                         the demo's addition task x 2 drift levels (lr 2e-5, 5e-6) x ACPO (paper,
+                                         authors' defaults), DAPO, CISPO x upr 2/16 at 64 completions per rollout x
+                                         8 seeds, level a first (`--levels a`: one level)
+    acpo-study plan [--quick|--pilot|--drift|--real-model]
                                          the runs it would do and their estimated time, without running them
     acpo-study report --out DIR          table.md, learning curves and diagnostics PNGs from finished runs
     acpo-study drift --lrs 1e-6 1e-5 --out DIR
@@ -34,9 +38,10 @@ from dataclasses import replace
 from pathlib import Path
 
 from ..cli_errors import UserError, cli_main, user_input
-from .recipe import DEFAULT_LAUNCHER, recipe_grid
-from .grids import (ALPHAS, DRIFT_LEVELS, DRIFT_VARIANTS, PAPER_METHODS, UPRS, build_grid, drift_grid, estimate_seconds,
-                    quick_grid)
+from .recipe import DEFAULT_LAUNCHER, RecipeRunSpec, recipe_grid
+from .grids import (ALPHAS, DRIFT_LEVELS, DRIFT_VARIANTS, PAPER_METHODS, REAL_MODEL_LEVELS, REAL_MODEL_RECIPE,
+                    REAL_MODEL_VARIANTS, UPRS, build_grid, drift_grid, estimate_real_model_seconds, estimate_seconds,
+                    quick_grid, real_model_grid)
 from .results import group_of, is_done, load_results
 from .runner import block, check_reproduces, open_blocks, run_grid, work
 from .testbed import RunSpec, pin_cpu_kernels
@@ -50,14 +55,19 @@ PILOT_METHODS = ("acpo", "dapo", "cispo")
 
 def _specs(args) -> list:
     if args.recipe:
-        if args.quick or args.pilot or args.drift or args.tasks:
-            raise UserError("--recipe: the recipe sets the model and task", "drop --quick/--pilot/--drift/--tasks")
+        if args.quick or args.pilot or args.drift or args.real_model or args.tasks:
+            raise UserError("--recipe: the recipe sets the model and task",
+                            "drop --quick/--pilot/--drift/--real-model/--tasks")
         return recipe_grid(args.recipe, methods=args.methods or PAPER_METHODS, uprs=args.uprs or UPRS,
                            seeds=range(args.seeds or 8), alphas=ALPHAS if args.alphas is None else args.alphas,
                            steps=args.steps, eval_steps=args.eval_steps,
                            launcher=tuple(shlex.split(args.launcher)) if args.launcher else DEFAULT_LAUNCHER)
     if args.quick:
         return quick_grid()
+    if args.real_model:
+        variants = [v for v in REAL_MODEL_VARIANTS if not args.methods or v[0] in args.methods]
+        levels = [level for level in REAL_MODEL_LEVELS if not args.levels or level.name in args.levels]
+        return real_model_grid(levels=levels, variants=variants, uprs=args.uprs or (2, 16), seeds=range(args.seeds or 8))
     if args.drift:
         variants = [v for v in DRIFT_VARIANTS if not args.methods or v[0] in args.methods]
         levels = [level for level in DRIFT_LEVELS if not args.levels or level.name in args.levels]
@@ -75,6 +85,11 @@ def _specs(args) -> list:
 
 
 def _estimate(specs: list, jobs: int) -> float:
+    if specs and all(isinstance(s, RecipeRunSpec) and s.recipe == REAL_MODEL_RECIPE and s.rollout for s in specs):
+        for group in dict.fromkeys(s.group for s in specs):  # the plan per drift level, in the grid's order
+            cells = [s for s in specs if s.group == group]
+            print(f"  {group}: {len(cells)} runs, {estimate_real_model_seconds(cells, jobs) / 3600:.2f} h", flush=True)
+        return estimate_real_model_seconds(specs, jobs)
     if any(not isinstance(s, RunSpec) for s in specs):
         return math.nan  # a recipe's run time depends on the model and the hardware
     return sum(estimate_seconds([s], SECONDS_PER_STEP.get(s.task, SECONDS_PER_STEP["add2"]), jobs=jobs) for s in specs)
@@ -168,12 +183,15 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("run", "plan"):
         p = sub.add_parser(name)
-        p.add_argument("--out", type=Path, default=None, help="default study/ (with --drift: study/drift/)")
+        p.add_argument("--out", type=Path, default=None,
+                       help="default study/ (with --drift: study/drift/, with --real-model: study/smollm2/)")
         p.add_argument("--cache", type=Path, default=None, help="warm-up cache (default: OUT/warmups)")
         mode = p.add_mutually_exclusive_group()
         mode.add_argument("--quick", action="store_true")
         mode.add_argument("--pilot", action="store_true")
         mode.add_argument("--drift", action="store_true", help="the drift grid (learning rate as the drift axis)")
+        mode.add_argument("--real-model", action="store_true",
+                          help="the real-model grid (SmolLM2-135M-Instruct on CPU, two drift levels)")
         p.add_argument("--jobs", type=int, default=None,
                        help="worker processes (0: run in this process; default 2 on the testbed, 1 with --recipe)")
         p.add_argument("--recipe", type=Path, default=None,
@@ -183,7 +201,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--eval-steps", type=int, default=50, help="--recipe: held-out evaluation every N steps")
         p.add_argument("--tasks", nargs="+", default=None)
         p.add_argument("--levels", nargs="+", default=None,
-                       help=f"--drift: drift levels ({', '.join(level.name for level in DRIFT_LEVELS)}; default all)")
+                       help=f"--drift: drift levels ({', '.join(level.name for level in DRIFT_LEVELS)}); --real-model: "
+                            f"{', '.join(level.name for level in REAL_MODEL_LEVELS)} (default all)")
         p.add_argument("--methods", nargs="+", default=None,
                        help=f"policy losses (default {' '.join(PAPER_METHODS)}; 'all': every registered one)")
         p.add_argument("--uprs", nargs="+", type=int, default=None)
@@ -222,9 +241,10 @@ def _check_args(args) -> None:
         if unknown:
             raise UserError(f"{flag}: unknown {', '.join(unknown)}", f"choose from {', '.join(sorted(known))}")
     if args.levels is not None:
-        names = [level.name for level in DRIFT_LEVELS]
-        if not args.drift:
-            raise UserError("--levels: only the drift grid has drift levels", "add --drift, or drop --levels")
+        if not (args.drift or args.real_model):
+            raise UserError("--levels: only the drift grids have drift levels", "add --drift or --real-model, or drop "
+                            "--levels")
+        names = [level.name for level in (DRIFT_LEVELS if args.drift else REAL_MODEL_LEVELS)]
         unknown = [name for name in args.levels if name not in names]
         if unknown:
             raise UserError(f"--levels: unknown {', '.join(unknown)}", f"choose from {', '.join(names)}")
@@ -257,27 +277,29 @@ def main(argv: list[str] | None = None) -> int:
         print((args.out / "drift.md").read_text())
         return 0
     if args.out is None:
-        args.out = Path("study/drift") if args.drift else Path("study")
+        args.out = Path("study/drift") if args.drift else Path("study/smollm2") if args.real_model else Path("study")
     _check_args(args)
     with user_input(ValueError), user_input(yaml.YAMLError, fix=f"fix the YAML syntax of --recipe {args.recipe}"):
         specs = _specs(args)
     if args.jobs is None:
-        args.jobs = 1 if args.recipe else 2
+        args.jobs = 1 if args.recipe else 2  # (the real model on CPU too: two runs of one thread each)
     cache = args.cache or args.out / "warmups"
     todo = [s for s in specs if not is_done(s, args.out)]
     estimate = _estimate(todo, args.jobs)
     if math.isnan(estimate):
         print(f"{len(specs)} runs ({len(todo)} to do) of {args.recipe}, {args.jobs} at a time", flush=True)
     else:
-        print(f"{len(specs)} runs ({len(todo)} to do); estimated {estimate / 3600:.2f} h with {args.jobs} jobs "
-              f"(+ warm-ups, ~3-5 min each)", flush=True)
+        warmups = " (+ warm-ups, ~3-5 min each)" if all(isinstance(s, RunSpec) for s in specs) else ""
+        print(f"{len(specs)} runs ({len(todo)} to do); estimated {estimate / 3600:.2f} h with {args.jobs} jobs"
+              f"{warmups}", flush=True)
     if args.command == "plan":
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
-    if not args.recipe and args.jobs == 0:
+    testbed = all(isinstance(spec, RunSpec) for spec in specs)
+    if testbed and args.jobs == 0:
         pin_cpu_kernels()  # before torch is imported: the runs train in this process
     left: list = []
-    if not args.recipe and not args.no_check and 0 < len(todo) < len(specs):
+    if testbed and not args.no_check and 0 < len(todo) < len(specs):
         specs, left = _runnable_here(specs, args.out, cache)
     start = time.time()
     failed = run_grid(specs, args.out, cache, jobs=args.jobs, log=lambda m: print(m, flush=True))

@@ -56,7 +56,7 @@ def drift_argv(recipe: str | None, lr: float, upr: int, rollouts: int, seed: int
     return argv + [
         f"--learning_rate={lr}", f"--steps_per_generation={upr}", f"--max_steps={upr * rollouts}", f"--seed={seed}",
         "--diagnostics=true", "--diagnostics_grad_every=0", "--report=false", "--push_to_hub=false",
-        "--save_strategy=no",
+        "--save_strategy=no", "--save_final_model=false",  # the trained weights are not part of the measurement
         f"--output_dir={output_dir}",
     ]
 
@@ -88,8 +88,7 @@ def measure(lrs: list[float], out_dir: str | Path, *, recipe: str | None = None,
         metrics_path = run_dir / "metrics.jsonl"
         metrics_path.unlink(missing_ok=True)
         log(f"lr {key}: {upr * rollouts} optimizer steps ({rollouts} rollouts of {upr} updates)")
-        trainer = run(script_args, training_args, model_args, callbacks=[MetricsJSONLCallback(str(metrics_path))],
-                      save_model=False)  # the trained weights are not part of the measurement
+        trainer = run(script_args, training_args, model_args, callbacks=[MetricsJSONLCallback(str(metrics_path))])
         entries = read_metrics(str(metrics_path))
         table = bin_table(entries)
         data["runs"][key] = {

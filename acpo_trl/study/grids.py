@@ -7,6 +7,7 @@ import math
 from dataclasses import dataclass, replace
 
 from .cell import DEFAULT_LR
+from .recipe import RecipeRunSpec
 from .testbed import RunSpec, WarmupSpec
 
 PAPER_METHODS = ("acpo", "ppo_clip", "dapo", "cispo", "high_entropy", "low_entropy", "ar_lopti")
@@ -54,7 +55,7 @@ def quick_grid(out_steps: int = 4) -> list[RunSpec]:
 
 @dataclass(frozen=True)
 class DriftLevel:
-    """A drift level of the drift grid: the testbed's learning rate, and enough steps for every level to learn."""
+    """A drift level: the learning rate, and enough steps for every level to learn (on the real model: rollouts)."""
 
     name: str
     lr: float
@@ -105,6 +106,54 @@ def drift_grid(
                     for method, alpha, clip in variants:
                         specs.append(replace(base, task=task, method=method, upr=upr, seed=seed, alpha=alpha,
                                              clip=clip, warmup=replace(base.warmup, task=task)))
+    return specs
+
+
+REAL_MODEL_RECIPE = "configs/study/smollm2_addition.yaml"
+REAL_MODEL_ROLLOUT = 64  # completions per rollout in every regime: 8 prompts x 8
+# (name, learning rate, rollouts per run); calibrated by pilots (docs/RESULTS.md, "On a real model"). "a": the demo's
+# lr, where ACPO alpha 3's eps pass 1; "b": an lr where they stay below 1 in every bin at 16 updates per rollout.
+REAL_MODEL_LEVELS = (
+    DriftLevel("a", 2e-5, 8),
+    DriftLevel("b", 5e-6, 16),
+)
+# The issue's four variants: ACPO (the paper's alpha 3), ACPO with the authors' public defaults, DAPO, CISPO.
+REAL_MODEL_VARIANTS = (
+    ("acpo", None, None),
+    ("acpo", 1.0, (0.05, 0.5)),
+    ("dapo", None, None),
+    ("cispo", None, None),
+)
+
+
+# Wall seconds of the real-model grid's parts with two runs side by side (2 cores, one thread each), measured by the
+# pilots (docs/RESULTS.md, "On a real model"): a rollout with its updates, per regime; one evaluation of the held-out
+# set (100 problems x 4 samples); a run's start and end (imports, model load, plots).
+REAL_MODEL_SECONDS = {"rollout": {2: 36.0, 16: 47.0}, "eval": 35.0, "start": 25.0}
+
+
+def estimate_real_model_seconds(specs: list[RecipeRunSpec], jobs: int = 2) -> float:
+    """Wall time of real-model cells, ``jobs`` at a time: each cell's start, rollouts and two evaluations (halfway
+    and after), plus one before-training evaluation per seed (its cells share it)."""
+    seconds = REAL_MODEL_SECONDS
+    total = sum(seconds["start"] + s.rollouts * seconds["rollout"][s.upr] + 2 * seconds["eval"] for s in specs)
+    return (total + len({s.seed for s in specs}) * seconds["eval"]) / jobs
+
+
+def real_model_grid(levels=REAL_MODEL_LEVELS, variants=REAL_MODEL_VARIANTS, uprs=(2, 16), seeds=range(8),
+                    recipe: str = REAL_MODEL_RECIPE) -> list[RecipeRunSpec]:
+    """variants x uprs x seeds at each drift level on the real model, level-major (a level is finished before the
+    next starts) and seed-major within a level. Every cell samples ``rollouts`` rollouts of
+    ``REAL_MODEL_ROLLOUT`` completions; the held-out set is evaluated before (shared by a seed's cells), halfway and
+    after; the ratio diagnostics are logged at every update (no gradient diagnostics: 2K + 2 extra backward passes)."""
+    specs = []
+    for level in levels:
+        for seed in seeds:
+            for upr in uprs:
+                for method, alpha, clip in variants:
+                    specs.append(RecipeRunSpec(recipe, method=method, upr=upr, seed=seed, alpha=alpha, clip=clip,
+                                               lr=level.lr, rollout=REAL_MODEL_ROLLOUT, rollouts=level.steps,
+                                               eval_steps=level.steps * upr // 2, grad_every=0))
     return specs
 
 

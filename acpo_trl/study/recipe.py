@@ -2,13 +2,24 @@
 
     acpo-study run --recipe configs/study/qwen2.5-0.5b-instruct_countdown.yaml --out study_gpu/ \\
         --methods acpo dapo cispo --uprs 2 8 16 --seeds 3 --jobs 1
+    acpo-study run --real-model          the committed SmolLM2 grid (configs/study/smollm2_addition.yaml, CPU)
 
-A cell changes only what the study varies, on the command line of ``acpo-train``: ``--policy_loss``,
-``--steps_per_generation`` (= updates per rollout x the recipe's ``gradient_accumulation_steps``), ``--seed``,
-``--acpo_alpha`` for the alpha sweep, ``--output_dir`` (the run's folder), and switches on the report (held-out
-avg@k before, every ``eval_steps`` and after training) and the diagnostics. Everything else (model, task, batch,
-learning rate, vLLM, ...) is the recipe's. The run's ``metrics.jsonl`` and ``eval_before_after.json`` become the
-same ``result.json`` as a testbed run, so ``acpo-study report`` writes the same table and plots.
+A cell changes only what the study varies, on the command line of ``acpo-train``: ``--policy_loss``, the regime
+(updates per rollout), ``--seed``, ``--acpo_alpha`` / ``--acpo_clip_min`` / ``--acpo_clip_max`` for ACPO's
+variants, ``--learning_rate`` for a drift level, ``--output_dir`` (the run's folder), and switches on the report
+(held-out avg@k before, every ``eval_steps`` and after training) and the diagnostics. Everything else (model, task,
+batch, vLLM, ...) is the recipe's. Two ways to set the regime:
+
+- ``rollout`` None: ``--steps_per_generation`` = updates per rollout x the recipe's accumulation, the mini-batch
+  being the recipe's (a higher regime samples more completions per rollout);
+- ``rollout`` N (the paper's regimes): every regime samples N completions per rollout, for ``rollouts`` rollouts,
+  and the mini-batch is N / updates per rollout, so runs of one seed sample as many completions and see the same
+  prompts whatever the regime.
+
+The before-training evaluation is the same for every cell of a seed (same model, held-out set and sampling seed):
+the first cell to need it writes ``<out>/before/<task>/seed<seed>.json`` and the others read it. The run's
+``metrics.jsonl`` and ``eval_before_after.json`` become the same ``result.json`` as a testbed run, so ``acpo-study
+report`` writes the same table and plots.
 """
 
 from __future__ import annotations
@@ -39,17 +50,27 @@ class RecipeRunSpec(GridCell):
     seed: int = 0
     alpha: float | None = None
     clip: tuple[float, float] | None = None
-    steps: int | None = None  # None: the recipe's max_steps
+    steps: int | None = None  # None: the recipe's max_steps (or rollouts x upr with `rollout`)
     eval_steps: int = 50  # held-out evaluation every N optimizer steps (plus before and after training)
     last_evals: int = 3
     grad_every: int = 10  # gradient diagnostics every N optimizer steps (0: off)
     launcher: tuple[str, ...] = field(default=DEFAULT_LAUNCHER)
+    lr: float | None = None  # None: the recipe's learning_rate; else a drift level, named in the group
+    rollout: int | None = None  # completions per rollout, the same in every regime (None: the recipe's mini-batch)
+    rollouts: int | None = None  # with `rollout`: rollouts per run (max_steps = rollouts x upr)
 
     def __post_init__(self):
         config = self.config
         if not isinstance(config, dict) or "model_name_or_path" not in config:
             raise ValueError(f"--recipe {self.recipe}: not an acpo-train recipe (no `model_name_or_path`).")
-        if self.steps is None and not config.get("max_steps"):
+        if self.rollout is not None:
+            accumulation = int(config.get("gradient_accumulation_steps", 1))
+            if self.rollouts is None or self.steps is not None:
+                raise ValueError("RecipeRunSpec: with `rollout`, give the run's length as `rollouts` (not `steps`).")
+            if self.rollout % (self.upr * accumulation) or self.rollout % int(config.get("num_generations", 8)):
+                raise ValueError(f"RecipeRunSpec.rollout={self.rollout}: must split into {self.upr} updates x "
+                                 f"{accumulation} accumulation steps and into groups of num_generations.")
+        elif self.steps is None and not config.get("max_steps"):
             raise ValueError(f"--recipe {self.recipe}: set `max_steps` in the recipe or pass --steps.")
 
     @property
@@ -62,7 +83,14 @@ class RecipeRunSpec(GridCell):
         return Path(self.recipe).stem
 
     @property
+    def group(self) -> str:
+        """The table section: the recipe, with the learning rate when the cell sets one (a drift level)."""
+        return self.task if self.lr is None else f"{self.task}@lr{self.lr:g}"
+
+    @property
     def num_steps(self) -> int:
+        if self.rollout is not None:
+            return self.rollouts * self.upr
         return self.steps or int(self.config["max_steps"])
 
     def to_json(self) -> dict:
@@ -80,7 +108,11 @@ class RecipeRunSpec(GridCell):
             data["clip"] = tuple(data["clip"])
         return cls(**data)
 
-    def command(self, run_dir: Path) -> list[str]:
+    def before_file(self, out_dir: str | Path) -> Path:
+        """Where the cells of this recipe and seed share their before-training evaluation."""
+        return Path(out_dir) / "before" / self.task / f"seed{self.seed}.json"
+
+    def command(self, run_dir: Path, before_file: Path | None = None) -> list[str]:
         """The ``acpo-train`` command line of this cell."""
         accumulation = int(self.config.get("gradient_accumulation_steps", 1))
         args = [
@@ -88,10 +120,16 @@ class RecipeRunSpec(GridCell):
             "--steps_per_generation", str(self.upr * accumulation), "--seed", str(self.seed),
             "--report", "true", "--report_eval_steps", str(self.eval_steps), "--logging_steps", "1",
             "--diagnostics", "true", "--diagnostics_grad_every", str(self.grad_every),
-            "--save_strategy", "no", "--push_to_hub", "false",
+            "--save_strategy", "no", "--save_final_model", "false", "--push_to_hub", "false",
         ]
-        if self.steps is not None:
-            args += ["--max_steps", str(self.steps)]
+        if self.rollout is not None:
+            args += ["--per_device_train_batch_size", str(self.rollout // (self.upr * accumulation))]
+        if self.steps is not None or self.rollout is not None:
+            args += ["--max_steps", str(self.num_steps)]
+        if self.lr is not None:
+            args += ["--learning_rate", f"{self.lr:g}"]
+        if before_file is not None:
+            args += ["--report_before_file", str(before_file)]
         for name, value in self.config_overrides().items():
             args += [f"--{name}", str(value)]
         return [*self.launcher, *args]
@@ -104,7 +142,7 @@ class RecipeRunSpec(GridCell):
         for stale in ("metrics.jsonl", "result.json", "error.txt", "eval_before_after.json"):
             (run_dir / stale).unlink(missing_ok=True)
         (run_dir / "spec.json").write_text(json.dumps(self.to_json(), indent=1))
-        command = self.command(run_dir)
+        command = self.command(run_dir, self.before_file(out_dir))
         start = time.time()
         with open(run_dir / "log.txt", "w") as log:
             log.write(shlex.join(command) + "\n")
@@ -116,25 +154,29 @@ class RecipeRunSpec(GridCell):
         return write_result(self, run_dir, read_evals(run_dir, self.num_steps), start, command=shlex.join(command))
 
 
-def _avg_key(metrics: dict) -> str:
-    keys = [k for k in metrics if k.startswith("eval/") and "/avg@" in k and not k.startswith("eval/macro/")]
-    if len(keys) != 1:
-        raise RuntimeError(f"expected one held-out avg@k metric in the report, found {sorted(metrics)}")
-    return keys[0]
+def _eval_keys(metrics: dict) -> dict[str, str]:
+    """The report's held-out metrics that a result keeps: ``sampled`` (avg@k), ``pass`` (pass@k), ``truncation``."""
+    keys = {}
+    for name, marker in (("sampled", "/avg@"), ("pass", "/pass@"), ("truncation", "/truncation_rate")):
+        found = [k for k in metrics if k.startswith("eval/") and marker in k and not k.startswith("eval/macro/")]
+        if len(found) != 1:
+            raise RuntimeError(f"expected one held-out {marker.strip('/@')} metric in the report, found {sorted(metrics)}")
+        keys[name] = found[0]
+    return keys
 
 
 def read_evals(run_dir: Path, steps: int) -> list[dict]:
-    """Held-out sampled accuracy (avg@k) over training from an ``acpo-train --report`` output folder: before
-    training (step 0), every ``eval_steps`` (``metrics.jsonl``) and after training (step ``steps``)."""
+    """Held-out avg@k (``sampled``), pass@k and truncation rate over training from an ``acpo-train --report``
+    output folder: before training (step 0), every ``eval_steps`` (``metrics.jsonl``) and after training (step
+    ``steps``)."""
     before_after = json.loads((run_dir / "eval_before_after.json").read_text())
-    key = _avg_key(before_after["after"])
-    evals = {0: before_after["before"][key]}
+    keys = _eval_keys(before_after["after"])
+    evals = {0: before_after["before"], steps: before_after["after"]}
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
         entry = json.loads(line) if line.strip() else {}
-        if isinstance(entry.get(key), (int, float)):
-            evals[entry["step"]] = entry[key]
-    evals[steps] = before_after["after"][key]
-    return [{"step": step, "sampled": value} for step, value in sorted(evals.items())]
+        if isinstance(entry.get(keys["sampled"]), (int, float)) and entry["step"] not in evals:
+            evals[entry["step"]] = entry
+    return [{"step": step, **{name: metrics[key] for name, key in keys.items()}} for step, metrics in sorted(evals.items())]
 
 
 def recipe_grid(recipe: str, methods, uprs, seeds, alphas, steps: int | None = None, eval_steps: int = 50,

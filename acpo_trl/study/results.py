@@ -11,9 +11,11 @@ from pathlib import Path
 
 
 def collapsed(rewards: list[tuple[int, float]], steps: int, tail: float = 0.2) -> bool:
-    """True when the rollout reward fell to 0 and stayed there: every rollout of the last ``tail`` of the run
-    (at least two rollouts) has reward 0."""
+    """True when the rollout reward fell to 0 and stayed there: every rollout of the last ``tail`` of the run, and
+    at least the last two rollouts, has reward 0 (a run of 8 rollouts is judged on its last two)."""
     last = [r for s, r in rewards if s > (1 - tail) * steps]
+    if len(last) < 2:
+        last = [r for _, r in rewards[-2:]]
     return len(last) >= 2 and all(r == 0 for r in last)
 
 
@@ -49,7 +51,8 @@ def write_result(spec, run_dir: Path, evals: list[dict], start: float, **extra) 
 
 def summarize_diagnostics(entries: list[dict]) -> dict:
     """Run means of the diagnostics, small enough for ``result.json`` (so tables and cross-seed plots do not need
-    ``metrics.jsonl``): ``bins[metric]["k,b"]``, ``grad_k[metric]["k"]`` and ``grad[metric]`` (shares, angle)."""
+    ``metrics.jsonl``): ``bins[metric]["k,b"]``, ``grad_k[metric]["k"]``, ``grad[metric]`` (shares, angle) and
+    ``eps_rule``, the statistic of the bin rule behind ``acpo_eps`` (``"ratio"`` or ``"logratio"``)."""
     from ..diagnostics.plots import bin_table
 
     bins = {name: {f"{k},{b}": v for (k, b), v in cells.items()} for name, cells in bin_table(entries).items()}
@@ -64,8 +67,11 @@ def summarize_diagnostics(entries: list[dict]) -> dict:
         parts = key.split("/")
         if len(parts) == 3 and parts[1].startswith("k"):
             grad_k.setdefault(parts[2], {})[parts[1][1:]] = value
+    logratio_rule = [e["diag/eps_rule_logratio"] for e in entries if "diag/eps_rule_logratio" in e]
     return {"bins": bins, "grad_k": grad_k,
-            "grad": {k[5:]: v for k, v in means.items() if not k.split("/")[1].startswith("k")}}
+            "grad": {k[5:]: v for k, v in means.items() if not k.split("/")[1].startswith("k")},
+            # the rule of `acpo_eps` (diagnostics.hook.diagnostics_rule); runs logged before it was recorded: "ratio"
+            "eps_rule": "logratio" if logratio_rule and logratio_rule[-1] == 1 else "ratio"}
 
 
 def is_done(spec, out_dir: str | Path) -> bool:

@@ -89,6 +89,8 @@ def run_grid(specs: list[RunSpec] | list[RecipeRunSpec], out_dir: str | Path, ca
             if any(isinstance(s, RunSpec) for s in todo):  # the testbed: one thread per run, nothing to download
                 env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false", HF_HUB_OFFLINE="1")
                 pin_cpu_kernels(env)
+            else:  # recipe runs: the cores shared out between the workers, unless the caller chose
+                env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
             procs = []
             for i in range(jobs):
                 logfile = open(work_dir / f"worker{i}.log", "a")

@@ -52,17 +52,16 @@ def summarize(results: list[dict], exclude_collapsed: bool = False) -> dict:
                 final = _mean_sd([r["final_sampled"] for r in kept])
                 last = _mean_sd([r["last_evals_mean"] for r in kept])
                 row["regimes"][upr] = {
-                    "n": len(kept), "final": final, "last": last, "values": [r["final_sampled"] for r in kept],
+                    "n": len(kept), "final": final, "last": last,
+                    "by_seed": {r["spec"]["seed"]: r["final_sampled"] for r in kept},
                     "collapsed": sum(r["collapsed"] for r in runs), "runs": len(runs),
-                    "below_start": sum(r["final_sampled"] < r["start_sampled"] for r in runs),
+                    "below_start": sum(r["final_sampled"] < r["start_sampled"] and not r["collapsed"] for r in runs),
                     "start": _mean_sd([r["start_sampled"] for r in runs])[0],
                     "angle": _mean_sd([r["mean_angle_deg"] for r in runs if r.get("mean_angle_deg") is not None])[0],
                 }
-            near = row["regimes"][uprs[0]]["final"][0] if uprs else math.nan
-            row["drop"] = {u: (near - row["regimes"][u]["final"][0]) / near if near and near > 0 else math.nan
-                           for u in uprs[1:]}
-            row["drop_ci"] = {u: drop_interval(row["regimes"][uprs[0]]["values"], row["regimes"][u]["values"])
-                              for u in uprs[1:]}
+            near = row["regimes"][uprs[0]]["by_seed"] if uprs else {}
+            row["drop"] = {u: paired_drop(near, row["regimes"][u]["by_seed"]) for u in uprs[1:]}
+            row["drop_ci"] = {u: drop_interval(near, row["regimes"][u]["by_seed"]) for u in uprs[1:]}
             rows[variant] = row
         for upr in uprs:
             scored = sorted(((rows[v]["regimes"][upr]["final"][0], v) for v in variants
@@ -78,18 +77,33 @@ def summarize(results: list[dict], exclude_collapsed: bool = False) -> dict:
     return summary
 
 
-def drop_interval(near: list[float], far: list[float], resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """95% percentile-bootstrap interval of the relative drop (mean(near) - mean(far)) / mean(near), seeds
-    resampled with replacement within each regime (deterministic: a fixed bootstrap seed)."""
-    if len(near) < 2 or len(far) < 2:
+def _relative_drop(near: list[float], far: list[float]) -> float:
+    a = sum(near) / len(near)
+    return (a - sum(far) / len(far)) / a if a > 0 else math.nan
+
+
+def paired_drop(near: dict[int, float], far: dict[int, float]) -> float:
+    """The relative drop (mean(near) - mean(far)) / mean(near) of the final accuracy, over the seeds both regimes
+    ran (``{seed: final}``): a seed's runs start from the same model and see the same prompts, so the two regimes
+    are compared seed by seed."""
+    seeds = sorted(near.keys() & far.keys())
+    return _relative_drop([near[s] for s in seeds], [far[s] for s in seeds]) if seeds else math.nan
+
+
+def drop_interval(near: dict[int, float], far: dict[int, float], resamples: int = 2000,
+                  seed: int = 0) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of :func:`paired_drop`: the seeds both regimes ran are resampled with
+    replacement, each drawn seed bringing its pair of runs (deterministic: a fixed bootstrap seed)."""
+    seeds = sorted(near.keys() & far.keys())
+    if len(seeds) < 2:
         return math.nan, math.nan
     rng = random.Random(seed)
     drops = []
     for _ in range(resamples):
-        a = sum(rng.choices(near, k=len(near))) / len(near)
-        b = sum(rng.choices(far, k=len(far))) / len(far)
-        if a > 0:
-            drops.append((a - b) / a)
+        drawn = rng.choices(seeds, k=len(seeds))
+        drop = _relative_drop([near[s] for s in drawn], [far[s] for s in drawn])
+        if math.isfinite(drop):
+            drops.append(drop)
     drops.sort()
     if not drops:
         return math.nan, math.nan
@@ -228,10 +242,11 @@ def write_table(results: list[dict], path: str | Path | None = None) -> str:
         "",
         "Final sampled accuracy (T = 1, held-out problems) and the mean over the last evaluations: mean ± sd over "
         "seeds. Drop: relative change of the mean final accuracy from the smallest to each larger number of updates "
-        "per rollout (positive = worse off-policy). Avg rank: over the regimes of the task (1 = best). Collapsed: "
-        "runs whose rollout reward fell to 0 and stayed there, per regime. Ended below start: runs whose final "
-        "sampled accuracy is below their step-0 accuracy (degraded without a full collapse). In brackets: 95% "
-        "bootstrap interval of the drop over seeds.",
+        "per rollout (positive = worse off-policy), over the seeds both regimes ran. Avg rank: over the regimes of the "
+        "task (1 = best). Collapsed: runs whose rollout reward fell to 0 and stayed there, per regime. Ended below "
+        "start: runs, not collapsed, whose final sampled accuracy is below their step-0 accuracy (degraded without a "
+        "full collapse). In brackets: 95% bootstrap interval of the drop, pairing the two regimes by seed (a seed's "
+        "runs start from the same model and see the same prompts; seeds are resampled with their pair of runs).",
         "",
     ]
     everything = summarize(results)
