@@ -6,8 +6,9 @@ every token of every row. With ``ACPOConfig.share_prompt_prefix`` the trainer in
 
 1. finds the longest prefix that every row of the micro-batch has in common, tokens and attention mask alike
    (:func:`shared_prefix_length`), stopping before the token that predicts the first scored one;
-2. runs the model once on that prefix (batch 1) and repeats its key/value cache over the rows (:func:`prefix_cache`);
-3. runs the rest of each row against the cache, through TRL's fused LM head, as TRL's forward would.
+2. runs the model once on that prefix (batch 1, :func:`prefix_cache`), once per call whatever the number of chunks;
+3. runs the rest of each row against its key/value cache repeated over the rows (:func:`repeat_cache`), through
+   TRL's fused LM head, chunk by chunk as TRL's forward does.
 
 Generation takes the same shortcut (:func:`generate_with_shared_prefix`, transformers' documented prompt-cache reuse):
 the rollouts of ``ACPOTrainer`` on the transformers backend and the held-out evaluations of ``acpo_trl.evaluation``
@@ -46,11 +47,10 @@ def cache_argument(model) -> str:
     return "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
 
-def prefix_cache(model, prefix_ids: torch.Tensor, prefix_mask: torch.Tensor, rows: int):
-    """The key/value cache of ``model`` on one row's prefix (``(1, L)`` ids and mask), repeated over ``rows`` rows.
-
-    Gradients flow from the cache to the prefix's forward. ``model`` is called as it is (not through a DDP
-    wrapper: DDP's gradient hooks sit on the parameters, which the later call through the wrapper also reaches)."""
+def prefix_cache(model, prefix_ids: torch.Tensor, prefix_mask: torch.Tensor):
+    """The key/value cache of ``model`` on one row's prefix (``(1, L)`` ids and mask); gradients flow from it to
+    the prefix's forward. ``model`` is called as it is (not through a DDP wrapper: DDP's gradient hooks sit on the
+    parameters, which the later call through the wrapper also reaches)."""
     output = model(input_ids=prefix_ids, attention_mask=prefix_mask, use_cache=True, logits_to_keep=1)
     cache = getattr(output, "cache", None)
     if cache is None:
@@ -58,8 +58,14 @@ def prefix_cache(model, prefix_ids: torch.Tensor, prefix_mask: torch.Tensor, row
     if cache is None:
         raise RuntimeError(f"{type(model).__name__} returned no key/value cache with use_cache=True; set "
                            "share_prompt_prefix: false.")
-    cache.batch_repeat_interleave(rows)
     return cache
+
+
+def repeat_cache(cache, rows: int):
+    """A new cache of ``cache``'s type holding its states repeated over ``rows`` rows (``cache`` is left as it is,
+    for the next chunk; gradients flow back to its states)."""
+    return type(cache)([(keys.repeat_interleave(rows, 0), values.repeat_interleave(rows, 0), *rest)
+                        for keys, values, *rest in cache])
 
 
 def generate_with_shared_prefix(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, generation_config,
@@ -73,7 +79,7 @@ def generate_with_shared_prefix(model, input_ids: torch.Tensor, attention_mask: 
     if rows < 2 or shared < MIN_SHARED_TOKENS or generation_config.cache_implementation is not None or kwargs:
         return generate(model, input_ids=input_ids, attention_mask=attention_mask,
                         generation_config=generation_config, **kwargs)
-    cache = prefix_cache(model, input_ids[:1, :shared], attention_mask[:1, :shared], rows)
+    cache = repeat_cache(prefix_cache(model, input_ids[:1, :shared], attention_mask[:1, :shared]), rows)
     return generate(model, input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config,
                     **{cache_argument(model): cache}, **kwargs)
 

@@ -22,7 +22,7 @@ from trl import GRPOTrainer
 from .config import ACPOConfig
 from .hub import HubUnreachableError, check_hub_reachable
 from .losses import AggregatedLoss, PolicyLossInputs, aggregate_loss, reduce_metrics
-from .shared_prefix import (MIN_SHARED_TOKENS, cache_argument, prefix_cache, shared_prefix_generation,
+from .shared_prefix import (MIN_SHARED_TOKENS, cache_argument, prefix_cache, repeat_cache, shared_prefix_generation,
                             shared_prefix_length)
 from .vllm_check import check_vllm_device
 
@@ -155,33 +155,30 @@ class ACPOTrainer(GRPOTrainer):
 
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, compute_aux_loss=False, **model_inputs):
-        """TRL's per-token log-probs and entropies; with ``share_prompt_prefix``, each chunk of ``batch_size`` rows
-        that shares at least ``MIN_SHARED_TOKENS`` leading tokens runs that prefix once (:mod:`acpo_trl.shared_prefix`).
-        Multimodal inputs and the MoE aux loss take TRL's path."""
-        if not self.args.share_prompt_prefix or compute_aux_loss or any(v is not None for v in model_inputs.values()):
+        """TRL's per-token log-probs and entropies; with ``share_prompt_prefix``, when every row shares at least
+        ``MIN_SHARED_TOKENS`` leading tokens, that prefix runs once and each chunk of ``batch_size`` rows runs the
+        rest against its cache (:mod:`acpo_trl.shared_prefix`). Multimodal inputs and the MoE aux loss take TRL's
+        path."""
+        shared = shared_prefix_length(input_ids, attention_mask, logits_to_keep) if self.args.share_prompt_prefix else 0
+        if shared < MIN_SHARED_TOKENS or compute_aux_loss or any(v is not None for v in model_inputs.values()):
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
                 **model_inputs)
+        labels = input_ids.masked_fill(attention_mask == 0, -100)
+        labels[:, :-logits_to_keep] = -100
+        with self.accelerator.autocast():
+            prefix = prefix_cache(self.accelerator.unwrap_model(model), input_ids[:1, :shared],
+                                  attention_mask[:1, :shared])
         batch_size = batch_size or input_ids.size(0)
         logps, entropies = [], []
         for start in range(0, input_ids.size(0), batch_size):
-            ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
-            shared = shared_prefix_length(ids, mask, logits_to_keep)
-            if ids.size(0) < 2 or shared < MIN_SHARED_TOKENS:
-                chunk_logps, chunk_entropies, _ = super()._get_per_token_logps_and_entropies(
-                    model, ids, mask, logits_to_keep, compute_entropy=compute_entropy)
-            else:
-                labels = ids.masked_fill(mask == 0, -100)
-                labels[:, :-logits_to_keep] = -100
-                with self.accelerator.autocast():
-                    cache = prefix_cache(self.accelerator.unwrap_model(model), ids[:1, :shared], mask[:1, :shared],
-                                         rows=ids.size(0))
-                    outputs = model(input_ids=ids[:, shared:], attention_mask=mask, labels=labels[:, shared:],
-                                    fused_lm_head=True, **{self._cache_argument: cache})
-                chunk_logps = outputs.log_probs[:, -logits_to_keep:]
-                chunk_entropies = outputs.entropy[:, -logits_to_keep:] if compute_entropy else None
-            logps.append(chunk_logps)
-            entropies.append(chunk_entropies)
+            rows = slice(start, start + batch_size)
+            with self.accelerator.autocast():
+                outputs = model(input_ids=input_ids[rows, shared:], attention_mask=attention_mask[rows],
+                                labels=labels[rows, shared:], fused_lm_head=True,
+                                **{self._cache_argument: repeat_cache(prefix, input_ids[rows].size(0))})
+            logps.append(outputs.log_probs[:, -logits_to_keep:])
+            entropies.append(outputs.entropy[:, -logits_to_keep:] if compute_entropy else None)
         return torch.cat(logps), torch.cat(entropies) if compute_entropy else None, None
 
     def _all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:

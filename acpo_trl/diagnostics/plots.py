@@ -18,15 +18,16 @@ from ..plots import save_figure
 _BIN_KEY = re.compile(r"diag/k(\d+)/bin(\d+)/(.+)")
 
 
-def bin_table(entries: list[dict]) -> dict[str, dict[tuple[int, int], float]]:
-    """metric name -> {(k, bin): mean over the log entries where it is finite}."""
+def bin_table(entries: list[dict], reduce=None) -> dict[str, dict[tuple[int, int], float]]:
+    """metric name -> {(k, bin): mean (or ``reduce``, e.g. ``max``) over the log entries where it is finite}."""
     sums: dict = defaultdict(lambda: defaultdict(list))
     for entry in entries:
         for key, value in entry.items():
             match = _BIN_KEY.fullmatch(key)
             if match and isinstance(value, (int, float)) and math.isfinite(value):
                 sums[match.group(3)][(int(match.group(1)), int(match.group(2)))].append(value)
-    return {name: {kb: sum(v) / len(v) for kb, v in cells.items()} for name, cells in sums.items()}
+    reduce = reduce or (lambda values: sum(values) / len(values))
+    return {name: {kb: reduce(v) for kb, v in cells.items()} for name, cells in sums.items()}
 
 
 def _setup():

@@ -49,13 +49,19 @@ def write_result(spec, run_dir: Path, evals: list[dict], start: float, **extra) 
     return result
 
 
+MAX_TRACKED = ("acpo_eps", "ratio_std", "clip_frac_pos", "clip_frac_neg")
+
+
 def summarize_diagnostics(entries: list[dict]) -> dict:
     """Run means of the diagnostics, small enough for ``result.json`` (so tables and cross-seed plots do not need
-    ``metrics.jsonl``): ``bins[metric]["k,b"]``, ``grad_k[metric]["k"]``, ``grad[metric]`` (shares, angle) and
+    ``metrics.jsonl``): ``bins[metric]["k,b"]``, ``bins_max`` (the largest value of one logged step, for the metrics
+    of ``MAX_TRACKED``), ``grad_k[metric]["k"]``, ``grad[metric]`` (shares, angle) and
     ``eps_rule``, the statistic of the bin rule behind ``acpo_eps`` (``"ratio"`` or ``"logratio"``)."""
     from ..diagnostics.plots import bin_table
 
     bins = {name: {f"{k},{b}": v for (k, b), v in cells.items()} for name, cells in bin_table(entries).items()}
+    largest = {name: {f"{k},{b}": v for (k, b), v in cells.items()}
+               for name, cells in bin_table(entries, reduce=max).items() if name in MAX_TRACKED}
     sums: dict = {}
     for entry in entries:
         for key, value in entry.items():
@@ -68,7 +74,7 @@ def summarize_diagnostics(entries: list[dict]) -> dict:
         if len(parts) == 3 and parts[1].startswith("k"):
             grad_k.setdefault(parts[2], {})[parts[1][1:]] = value
     logratio_rule = [e["diag/eps_rule_logratio"] for e in entries if "diag/eps_rule_logratio" in e]
-    return {"bins": bins, "grad_k": grad_k,
+    return {"bins": bins, "bins_max": largest, "grad_k": grad_k,
             "grad": {k[5:]: v for k, v in means.items() if not k.split("/")[1].startswith("k")},
             # the rule of `acpo_eps` (diagnostics.hook.diagnostics_rule); runs logged before it was recorded: "ratio"
             "eps_rule": "logratio" if logratio_rule and logratio_rule[-1] == 1 else "ratio"}
