@@ -12,6 +12,7 @@ loss. Metrics are logged with one all-reduce per micro-batch.
 
 from __future__ import annotations
 
+import logging
 import os
 import textwrap
 from typing import NamedTuple
@@ -20,11 +21,14 @@ import torch
 from trl import GRPOTrainer
 
 from .config import ACPOConfig
+from .diagnostics.hook import update_index
 from .hub import HubUnreachableError, check_hub_reachable
 from .losses import AggregatedLoss, PolicyLossInputs, aggregate_loss, reduce_metrics
 from .shared_prefix import (MIN_SHARED_TOKENS, cache_argument, prefix_cache, repeat_cache, shared_prefix_generation,
                             shared_prefix_length)
 from .vllm_check import check_vllm_device
+
+logger = logging.getLogger(__name__)
 
 # Model inputs that TRL's batches may carry besides ids and masks (multimodal models), forwarded as they are.
 _EXTRA_FORWARD_KEYS = (
@@ -77,6 +81,9 @@ class ACPOTrainer(GRPOTrainer):
         self.method = args.method  # None: TRL's own objective
         self.method_needs = self.method.needs_for(args) if self.method is not None else frozenset()
         self.policy_loss_fn = self.method  # the diagnostics wrap it
+        # ACPO's ratio rule can open eps past 1, where its lower clip vanishes: say so once (_say_if_lower_clip_void)
+        self._watch_lower_clip = (self.method is not None and self.method.bin_statistic_for(args) == "ratio"
+                                  and args.acpo_clip_max > 1)
         if args.share_prompt_prefix:
             from peft import PeftModel
 
@@ -201,7 +208,9 @@ class ACPOTrainer(GRPOTrainer):
             loss = loss + self.router_aux_loss_coef * forward.aux_loss / self._accumulation_steps(mode)
             metrics["aux_loss"] = (forward.aux_loss.detach(), one)
         metrics["entropy"] = ((forward.entropies.detach() * forward.mask).sum(), forward.mask.sum())
-        self._log_metrics(metrics, mode)
+        values = self._log_metrics(metrics, mode)
+        if mode == "train" and self._watch_lower_clip:
+            self._say_if_lower_clip_void(values)
         return loss
 
     def _forward(self, model, inputs) -> "_Forward":
@@ -313,11 +322,32 @@ class ACPOTrainer(GRPOTrainer):
             num_processes=self.accelerator.num_processes,
         )
 
-    def _log_metrics(self, metrics: dict, mode: str) -> None:
+    def _log_metrics(self, metrics: dict, mode: str) -> dict[str, float]:
         """Reduce every (numerator, denominator) pair over processes in one call and record num / den (NaN, which
-        TRL drops when it averages, where the denominator is 0: e.g. a bin with no token)."""
-        for name, value in reduce_metrics(metrics, self._all_reduce_sum, self.accelerator.num_processes).items():
+        TRL drops when it averages, where the denominator is 0: e.g. a bin with no token); returns them."""
+        values = reduce_metrics(metrics, self._all_reduce_sum, self.accelerator.num_processes)
+        for name, value in values.items():
             self._metrics[mode][name].append(value)
+        return values
+
+    def _say_if_lower_clip_void(self, values: dict[str, float]) -> None:
+        """Once per run, the first time ACPO's eps passes 1 in a bin (its lower clip 1 - eps is then below 0 and
+        bounds nothing), one log line: which bins, from which update of a rollout, and where to read what it means."""
+        bins = [b for b in range(self.args.acpo_num_bins) if values.get(f"acpo/bin{b}/eps", 0.0) > 1.0]
+        if not bins:
+            return
+        self._watch_lower_clip = False
+        updates = self.args.steps_per_generation * self.num_iterations // self.args.gradient_accumulation_steps
+        k = update_index(self._step, self.args.steps_per_generation, self.num_iterations,
+                         self.args.gradient_accumulation_steps)
+        eps = ", ".join(f"{values[f'acpo/bin{b}/eps']:.2f}" for b in bins)
+        logger.warning(
+            "ACPO's lower clip is void: eps > 1 in probability bin(s) %s (eps %s) at update %d of %d of a rollout "
+            "(optimizer step %d), so 1 - eps < 0 and only the dual-clip bounds negative-advantage tokens there. "
+            "Where the ratio drifts this far, ACPO at alpha 3 degraded most on the testbed (docs/RESULTS.md, \"The "
+            "drift map\"): fewer updates per rollout, a lower learning rate or acpo_clip_max < 1 (the authors' 0.5) "
+            "keep it. Said once per run.",
+            ", ".join(map(str, bins)), eps, k + 1, updates, self.state.global_step + 1)
 
 
 class _Forward(NamedTuple):

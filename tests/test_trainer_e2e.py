@@ -105,3 +105,32 @@ def test_off_policy_acpo_training_run(tmp_path, tiny_model):
     eps = [[entry[f"acpo/bin{b}/eps"] for b in range(5) if entry.get(f"acpo/bin{b}/token_frac")] for entry in logs]
     assert all(e == pytest.approx(0.2, abs=1e-3) for e in eps[0])
     assert any(e > 0.21 for step in eps[1:4] + eps[5:] for e in step)
+
+
+@pytest.mark.slow
+def test_a_void_lower_clip_is_said_once_per_run(tmp_path, tiny_model, caplog):
+    """When ACPO's eps passes 1 in a bin (1 - eps < 0: the lower clip bounds nothing), one log line names the
+    bins and the update of the rollout and points to the drift map; a clamp below 1 never says it."""
+    from acpo_trl import ACPOConfig, ACPOTrainer
+    from acpo_trl.toy import toy_dataset, toy_reward
+
+    model, tokenizer = tiny_model
+    for clip_max, expected in ((3.0, 1), (0.9, 0)):
+        args = ACPOConfig(**trainer_kwargs(tmp_path, steps_per_generation=4, max_steps=8, learning_rate=2e-2,
+                                           acpo_alpha=200.0, acpo_clip_max=clip_max))
+        trainer = ACPOTrainer(model, toy_reward, args=args, train_dataset=toy_dataset(32), processing_class=tokenizer)
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="acpo_trl.trainer"):
+            trainer.train()
+        said = [r.getMessage() for r in caplog.records if "lower clip is void" in r.getMessage()]
+        assert len(said) == expected, said
+        if said:
+            logs = [e for e in trainer.state.log_history if "policy_loss" in e]
+            def void(entry):  # an empty bin logs None
+                return [b for b in range(5) if (entry.get(f"acpo/bin{b}/eps") or 0) > 1]
+
+            first = next(i for i, e in enumerate(logs) if void(e))
+            bins = void(logs[first])
+            assert f"bin(s) {', '.join(map(str, bins))} " in said[0]
+            assert f"at update {first % 4 + 1} of 4 of a rollout (optimizer step {first + 1})" in said[0]
+            assert "docs/RESULTS.md" in said[0] and first % 4 > 0  # never at k = 0, where r = 1
