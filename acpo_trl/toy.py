@@ -4,6 +4,9 @@ Used by the tests, the benchmarks and the quick demo: ``build_tiny_model()`` is 
 byte-level tokenizer (256 byte tokens + specials) and a minimal chat template, so plain-text and
 conversational prompts both work.
 
+``tiny_llama`` is the same at the Llama architecture (SmolLM2's); ``TINY_ARCHITECTURES`` names both builders by
+architecture (``tests/test_recipe_training.py`` runs every recipe on them).
+
 The toy task (``toy_dataset`` / ``toy_reward``): the prompt names a letter, the reward is the mean closeness of
 the completion's characters to that letter (1 for the letter itself, falling to 0 sixteen code points away).
 A random byte-level policy earns partial credit on about one character in eight, so every group has reward
@@ -84,6 +87,38 @@ def tiny_qwen2(tokenizer, *, hidden_size: int = 64, num_layers: int = 2, seed: i
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     return model
+
+
+def tiny_llama(tokenizer, *, hidden_size: int = 64, num_layers: int = 2, seed: int = 0,
+               max_position_embeddings: int = 1024):
+    """A randomly initialised (``seed``) Llama causal LM for ``tokenizer``, the architecture of SmolLM2 (the offline
+    model, ``offline:smollm2``): the sizes of ``tiny_qwen2`` (4 heads, 2 KV heads, MLP 2 x hidden, tied embeddings),
+    EOS and padding from the tokenizer."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    config = LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=hidden_size,
+        intermediate_size=2 * hidden_size,
+        num_hidden_layers=num_layers,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=max_position_embeddings,
+        tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        bos_token_id=tokenizer.eos_token_id,
+    )
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    model.generation_config.pad_token_id = tokenizer.pad_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    return model
+
+
+#: Tiny stand-ins by architecture (``config.architectures[0]`` of the real model): a recipe's model at toy size.
+TINY_ARCHITECTURES = {"Qwen2ForCausalLM": tiny_qwen2, "LlamaForCausalLM": tiny_llama}
 
 
 def build_tiny_model(seed: int = 0, hidden_size: int = 64, num_layers: int = 2):

@@ -1,0 +1,207 @@
+"""Every shipped recipe trains: each ``configs/<task>/*.yaml`` paper recipe and each ``configs/study/*.yaml`` runs
+through ``acpo-train --config <recipe>`` (its parser, input checks and ``run``, in process) for two optimizer updates
+of one rollout, changing only what a CPU forces:
+
+- the model: a tiny, locally built model of the recipe model's architecture, with a byte-level tokenizer that has a
+  chat template (plain-text ``base`` prompts and chat prompts both work);
+- the sizes: num_generations, the micro-batch, the lengths, and gradient_accumulation_steps / steps_per_generation
+  divided by the same factor, so that the updates per rollout (and so the regime) stay the recipe's;
+- the data: the task's sample in ``../shared/data`` (sliced to a few short prompts);
+- vLLM and bf16 off (``use_cpu``), two steps, a temporary output_dir, no checkpoints, no progress bar.
+
+Every other field runs as written (policy loss and its fields, loss_type, dual-clip, templates, rewards,
+scale_rewards, dtype, learning rate, ...): the test compares the parsed configuration with the recipe's.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import math
+import os
+from pathlib import Path
+
+import pytest
+import yaml
+
+CONFIGS = Path(__file__).resolve().parent.parent / "configs"
+STUDY = CONFIGS / "study"
+RECIPES = sorted(p for task in ("math", "hitab", "countdown") for p in (CONFIGS / task).glob("*.yaml"))
+RECIPES += sorted(STUDY.glob("*.yaml"))
+#: The data samples: ``$ACPO_DATA_DIR``, else ``../shared/data`` beside the repository (its READMEs say where each
+#: sample comes from).
+DATA = Path(os.environ.get("ACPO_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data")
+ABSENT = f"the task data samples are not at {DATA} (set ACPO_DATA_DIR to a folder like ../shared/data)"
+
+#: The architecture of each recipe's model (``config.architectures[0]`` of the real checkpoint); a recipe with a model
+#: not listed here fails, so that a new model gets a tiny stand-in of its own architecture.
+ARCHITECTURES = {
+    "Qwen/Qwen2.5-7B": "Qwen2ForCausalLM",
+    "Qwen/Qwen2.5-3B": "Qwen2ForCausalLM",
+    "Qwen/Qwen2.5-0.5B-Instruct": "Qwen2ForCausalLM",
+    "offline:smollm2": "LlamaForCausalLM",  # SmolLM2-135M-Instruct (acpo_trl/offline_model.py)
+}
+
+# What the CPU forces, identical for every recipe.
+NUM_GENERATIONS = 2
+MICRO_BATCH = 2  # per_device_train_batch_size: completions per micro-step
+MAX_COMPLETION_LENGTH = 8
+#: The recipes' max_prompt_length counts Qwen tokens (about 4 bytes of text each); the tiny tokenizer spends a token
+#: per byte, so the same prompts need a larger limit (HiTab's linearised tables are 1.3k bytes and more).
+MAX_PROMPT_BYTES = 2048
+STEPS = 2  # optimizer updates, all from the first rollout
+#: Fields the test sets; every other parsed field must be the recipe's. ``generation_batch_size`` follows from
+#: per_device_train_batch_size x steps_per_generation.
+OVERRIDDEN = {
+    "model_name_or_path", "dataset_name", "hitab_tables_dir", "eval_dataset_name", "num_generations",
+    "per_device_train_batch_size", "gradient_accumulation_steps", "steps_per_generation", "generation_batch_size",
+    "max_completion_length", "max_prompt_length", "use_vllm", "bf16", "use_cpu", "max_steps", "output_dir",
+    "save_strategy", "disable_tqdm",
+}
+
+
+def recipe_id(path: Path) -> str:
+    return str(path.relative_to(CONFIGS))
+
+
+@pytest.fixture(scope="module")
+def tiny_models(tmp_path_factory):
+    """One tiny model per architecture (``acpo_trl.toy``), saved with the byte-level chat tokenizer."""
+    from acpo_trl.toy import TINY_ARCHITECTURES, build_tokenizer
+
+    out = {}
+    for architecture, build in TINY_ARCHITECTURES.items():
+        tokenizer = build_tokenizer()
+        model = build(tokenizer, hidden_size=32, num_layers=2, max_position_embeddings=4096)
+        assert type(model).__name__ == architecture
+        path = tmp_path_factory.mktemp(architecture)
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        out[architecture] = str(path)
+    return out
+
+
+def _write_jsonl(path: Path, records) -> str:
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def samples(tmp_path_factory):
+    """task -> the data fields pointing at a slice of the task's sample: a few dozen records with short prompts
+    (None without the samples: the recipes that generate their tasks still run)."""
+    if not DATA.is_dir():
+        return None
+    from acpo_trl.data.hitab import load_hitab
+
+    out = tmp_path_factory.mktemp("samples")
+    orz = json.loads((DATA / "orz_math_57k/orz_math_57k_collected.first1785.json").read_text())
+    math_path = out / "orz.json"
+    math_path.write_text(json.dumps([r for r in orz if len(r[0]["value"]) < 300][:40]))
+
+    countdown = (DATA / "countdown/train_nums_target.jsonl").read_text().splitlines()
+    countdown_held_out = (DATA / "countdown/test_nums_target.jsonl").read_text().splitlines()
+
+    tables = DATA / "hitab/tables/raw"
+    shards = sorted(glob.glob(str(DATA / "hitab/train_processed_subset/*.jsonl")))
+    records = [json.loads(line) for shard in shards for line in Path(shard).read_text().splitlines()]
+    prompts = load_hitab(shards, tables)["prompt"]
+    short = [r for r, p in zip(records, prompts) if len(p.encode()) <= MAX_PROMPT_BYTES * 3 // 4]
+    assert len(short) >= 24, "too few short HiTab prompts in the sample"
+    held_out = (DATA / "hitab/test_samples.jsonl").read_text().splitlines()[:4]
+    return {
+        "math": {"dataset_name": str(math_path)},
+        "countdown": {"dataset_name": _write_jsonl(out / "countdown.jsonl", map(json.loads, countdown[:40])),
+                      "eval_dataset_name": _write_jsonl(out / "countdown_test.jsonl",
+                                                        map(json.loads, countdown_held_out[:8]))},
+        "hitab": {"dataset_name": _write_jsonl(out / "hitab.jsonl", short[:24]), "hitab_tables_dir": str(tables),
+                  "eval_dataset_name": _write_jsonl(out / "hitab_test.jsonl", map(json.loads, held_out))},
+    }
+
+
+def parse(path: Path, overrides: dict):
+    from acpo_trl.train import make_parser
+
+    args = ["--config", str(path)]
+    for key, value in overrides.items():
+        args += [f"--{key}", str(value)]
+    return make_parser().parse_args_and_config(args=args)
+
+
+def toy_size_overrides(path: Path, recipe: dict, models: dict, samples: dict, output_dir: Path) -> dict:
+    """The CPU's overrides of one recipe (its YAML as a dict)."""
+    task = recipe["task"]
+    factor = recipe.get("gradient_accumulation_steps", 1)
+    spg = recipe.get("steps_per_generation", factor)
+    assert spg % factor == 0, f"{recipe_id(path)}: steps_per_generation {spg} is not a multiple of {factor}"
+    overrides = {
+        "model_name_or_path": models[ARCHITECTURES[recipe["model_name_or_path"]]],
+        "num_generations": NUM_GENERATIONS,
+        "per_device_train_batch_size": MICRO_BATCH,
+        "gradient_accumulation_steps": 1,
+        "steps_per_generation": spg // factor,  # same updates per rollout with one micro-step per update
+        "max_completion_length": MAX_COMPLETION_LENGTH,
+        "use_vllm": "false",
+        "bf16": "false",
+        "use_cpu": "true",
+        "max_steps": STEPS,
+        "output_dir": output_dir,
+        "save_strategy": "no",
+        "disable_tqdm": "true",
+    }
+    if recipe.get("max_prompt_length") is not None:
+        overrides["max_prompt_length"] = MAX_PROMPT_BYTES
+    # A recipe that reads a dataset reads the sample; one that generates its tasks keeps generating them.
+    if "dataset_name" in recipe:
+        overrides.update({k: v for k, v in samples[task].items() if k == "dataset_name" or k in recipe})
+    return overrides
+
+
+def fields(parsed) -> dict:
+    script_args, training_args, model_args = parsed
+    out = {}
+    for group in (vars(script_args), training_args.to_dict(), vars(model_args)):
+        out.update({k: v for k, v in group.items() if k not in OVERRIDDEN})
+    return out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("path", RECIPES, ids=recipe_id)
+def test_recipe_trains_at_toy_size(path, tiny_models, samples, tmp_path, monkeypatch):
+    from acpo_trl.train import check_inputs, run
+    from acpo_trl.trainer import ACPOTrainer
+
+    recipe = yaml.safe_load(path.read_text())
+    if "dataset_name" in recipe and samples is None:
+        pytest.skip(ABSENT)
+    overrides = toy_size_overrides(path, recipe, tiny_models, samples, tmp_path / "out")
+    assert set(overrides) <= OVERRIDDEN
+    script_args, training_args, model_args = parsed = parse(path, overrides)
+    as_written = parse(path, {"use_cpu": "true"})  # bf16 without a GPU is refused unless the arguments say CPU
+    assert fields(parsed) == fields(as_written), "a field other than the CPU's changed"
+    upr = as_written[1].updates_per_rollout
+    assert training_args.updates_per_rollout == upr > 1 and not training_args.is_on_policy
+    assert STEPS <= upr  # both updates come from the first rollout
+
+    rollouts = []
+    generate_and_score = ACPOTrainer._generate_and_score_completions
+
+    def recorded(self, inputs):
+        output = generate_and_score(self, inputs)
+        rollouts.append(output.get("old_per_token_logps") is not None)
+        return output
+
+    monkeypatch.setattr(ACPOTrainer, "_generate_and_score_completions", recorded)
+    check_inputs(training_args, model_args)
+    trainer = run(script_args, training_args, model_args)
+
+    assert trainer.state.global_step == STEPS
+    assert type(trainer.model).__name__ == ARCHITECTURES[recipe["model_name_or_path"]]
+    # One rollout fed both updates, and it kept the rollout policy's log-probs: the second update is off-policy.
+    assert rollouts == [True]
+    logged = [e for e in trainer.state.log_history if "policy_loss" in e]
+    assert [e["step"] for e in logged] == list(range(1, STEPS + 1))
+    for entry in logged:
+        assert math.isfinite(entry["loss"]) and math.isfinite(entry["policy_loss"]), entry
+        if training_args.policy_loss in ("acpo", "acpo_log"):  # the method's own clip ranges, per bin
+            assert any(key.startswith("acpo/bin") and value is not None for key, value in entry.items()), entry
