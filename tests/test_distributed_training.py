@@ -4,7 +4,17 @@
   same per-bin clip ranges at every micro-step (and they are the ranges of the pooled batch); with ``local``
   they differ.
 - DeepSpeed ZeRO-2 on CPU (``configs/accelerate/deepspeed_zero2_cpu.yaml``): the same run trains under a ZeRO-2
-  engine, the ranks agree, and the clip ranges and losses match the DDP run's.
+  engine, the ranks agree, and the clip ranges, losses and diagnostics match the DDP run's.
+- DeepSpeed ZeRO-3 on CPU (``configs/accelerate/deepspeed_zero3_cpu.yaml``): the same run, with its weights
+  partitioned, saves a checkpoint at step 2 and a second run resumes from it; the ranks agree, the clip ranges,
+  losses and diagnostics (gradient diagnostics included) match the DDP run's, and the resumed run's match the
+  uninterrupted one's.
+
+The DDP, ZeRO-2 and ZeRO-3 runs of the ``global`` recipe have every diagnostic on (ratio statistics every micro-step,
+gradient diagnostics every step). DeepSpeed runs are compared with DDP to ``DEEPSPEED_TOL``: float32 on CPU, same
+data and seed, but ZeRO reduces (ZeRO-3: reduce-scatters) the gradients in another order than DDP's all-reduce, so the
+trajectories agree to rounding (measured, ZeRO-3: at most 3.3e-7 on the losses, 4.8e-7 on eps, 2e-6 on the training
+gradient's norm, 5.1e-6 on the diagnostics; ZeRO-2: 6e-8, 2.4e-7, 1.3e-6, 1.4e-6).
 
 Each launch runs ``tests/scripts/record_clip_ranges.py``, which executes ``examples/train_acpo.py`` (the
 ``acpo-train`` code path) and writes, per rank, what ACPO's loss computed at each micro-step.
@@ -33,7 +43,19 @@ RECORDER = REPO / "tests" / "scripts" / "record_clip_ranges.py"
 ZERO_ADVANTAGE_RANK = REPO / "tests" / "scripts" / "train_zero_advantage_rank.py"
 DDP_CONFIG = REPO / "configs" / "accelerate" / "cpu_2proc.yaml"
 ZERO2_CPU_CONFIG = REPO / "configs" / "accelerate" / "deepspeed_zero2_cpu.yaml"
+ZERO3_CPU_CONFIG = REPO / "configs" / "accelerate" / "deepspeed_zero3_cpu.yaml"
 LAUNCH_TIMEOUT_S = 300
+DIAGNOSTICS = {"diagnostics": True, "diagnostics_grad_every": 1}  # every diagnostic, every step
+# DeepSpeed on CPU: no `use_cpu` (accelerate disables DeepSpeed for a cpu state) and an explicit gloo backend (see
+# the comments of the accelerate configs). The recorder skips the JIT build of DeepSpeed's shared-memory inference
+# all-reduce kernel, which training does not use.
+DEEPSPEED_ARGS = ("--use_cpu", "false", "--ddp_backend", "gloo")
+DEEPSPEED_ENV = {"DS_ACCELERATOR": "cpu", "ACPO_TEST_NO_DS_SHM_OP": "1"}
+DEEPSPEED_TOL = 1e-4  # DeepSpeed vs DDP (module docstring): float32 on CPU, another gradient reduction order
+LOGGED_PREFIXES = ("acpo/", "diag/", "grad/", "clip_ratio/")
+needs_deepspeed = pytest.mark.skipif(
+    importlib.util.find_spec("deepspeed") is None,
+    reason="deepspeed is not installed (DS_BUILD_OPS=0 pip install --no-build-isolation deepspeed)")
 MICRO_STEPS = 4  # max_steps 4 x gradient_accumulation_steps 1
 BASE, ALPHA, EPS_MIN, EPS_MAX, STD_EPS = 0.2, 3.0, 0.0, 3.0, 1e-8
 
@@ -86,16 +108,50 @@ def load_ranks(out_dir: Path, name: str) -> list[dict]:
     return ranks
 
 
-def check_completed(ranks: list[dict], model_dir: Path) -> None:
-    """Every rank ran the 4 steps with finite losses, and the trained model was saved."""
+def check_completed(ranks: list[dict], model_dir: Path, first_step: int = 0) -> None:
+    """Every rank ran the 4 steps (from ``first_step`` when resumed) with finite losses, and the trained model was
+    saved."""
     for rank in ranks:
         assert rank["global_step"] == MICRO_STEPS
-        assert len(rank["records"]) == MICRO_STEPS
+        assert len(rank["records"]) == MICRO_STEPS - first_step
         assert all(math.isfinite(r["loss"]) and r["tokens"] > 0 for r in rank["records"])
         logged = [e["policy_loss"] for e in rank["log_history"] if "policy_loss" in e]
         assert len(logged) == MICRO_STEPS and all(math.isfinite(v) for v in logged)
     assert (model_dir / "model.safetensors").stat().st_size > 0
     assert (model_dir / "config.json").exists()
+
+
+def logged(rank: dict) -> dict[int, dict[str, float]]:
+    """The trainer's metrics per step: the loss, the norm of the training gradient, ACPO's per-bin statistics and
+    every diagnostic."""
+    return {e["step"]: {k: v for k, v in e.items()
+                        if k.startswith(LOGGED_PREFIXES) or k in ("loss", "policy_loss", "grad_norm")}
+            for e in rank["log_history"] if "policy_loss" in e}
+
+
+def check_ranks_agree(ranks: list[dict]) -> None:
+    """Both ranks used the same per-bin clip ranges at every micro-step, bit for bit, and logged the same metrics."""
+    for step, (r0, r1) in enumerate(zip(*(r["records"] for r in ranks))):
+        assert r0["eps"] == r1["eps"], f"micro-step {step}: rank 0 {r0['eps']} != rank 1 {r1['eps']}"
+    assert logged(ranks[0]) == logged(ranks[1])
+
+
+def check_matches_ddp(ranks: list[dict], ddp: list[dict], first_step: int = 0) -> None:
+    """Same data and seed as the DDP run: the same clip ranges and losses at every micro-step (from ``first_step``)
+    and the same logged metrics, diagnostics included, at every step, to DEEPSPEED_TOL."""
+    for rank, ddp_rank in zip(ranks, ddp):
+        for step, (r, d) in enumerate(zip(rank["records"], ddp_rank["records"][first_step:]), first_step):
+            assert r["eps"] == pytest.approx(d["eps"], abs=DEEPSPEED_TOL), f"micro-step {step}"
+            assert r["loss"] == pytest.approx(d["loss"], abs=DEEPSPEED_TOL), f"micro-step {step}"
+        ours, theirs = logged(rank), logged(ddp_rank)
+        assert sorted(ours) == sorted(theirs) == list(range(1, MICRO_STEPS + 1))
+        for step in ours:
+            assert sorted(ours[step]) == sorted(theirs[step]), f"step {step}: not the same metrics"
+            for name, value in ours[step].items():
+                assert value == pytest.approx(theirs[step][name], rel=DEEPSPEED_TOL, abs=DEEPSPEED_TOL), (step, name)
+    names = set().union(*map(set, logged(ranks[0]).values()))
+    assert {"grad/angle_deg", "grad/norm_used", "grad/share/bin0/pos", "diag/k1/bin0/ratio_std",
+            "acpo/bin0/eps", "grad_norm"} <= names
 
 
 def pooled_eps(records: list[dict]) -> list[float]:
@@ -128,9 +184,9 @@ def tiny_model_dir(tmp_path_factory) -> str:
 
 @pytest.fixture(scope="module")
 def ddp_runs(tmp_path_factory, tiny_model_dir):
-    """One 2-process DDP launch training the global-statistics recipe, then the local one."""
+    """One 2-process DDP launch training the global-statistics recipe (every diagnostic on), then the local one."""
     work = tmp_path_factory.mktemp("ddp")
-    recipes = [write_recipe(work, tiny_model_dir, "global"),
+    recipes = [write_recipe(work, tiny_model_dir, "global", **DIAGNOSTICS),
                write_recipe(work, tiny_model_dir, "local", acpo_stats_scope="local")]
     launch(DDP_CONFIG, work / "records", recipes)
     return work
@@ -170,28 +226,61 @@ def test_ddp_two_processes_local_clip_ranges_differ_across_ranks(ddp_runs):
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None,
-                    reason="deepspeed is not installed (DS_BUILD_OPS=0 pip install --no-build-isolation deepspeed)")
+@needs_deepspeed
 def test_deepspeed_zero2_on_cpu_matches_ddp(tmp_path, tiny_model_dir, ddp_runs):
-    recipe = write_recipe(tmp_path, tiny_model_dir, "global")
-    # DeepSpeed on CPU: no `use_cpu` (accelerate disables DeepSpeed for a cpu state) and an explicit gloo backend
-    # (see the comments of the accelerate config). The recorder skips the JIT build of DeepSpeed's shared-memory
-    # inference all-reduce kernel, which training does not use.
-    launch(ZERO2_CPU_CONFIG, tmp_path / "records", [recipe], "--use_cpu", "false", "--ddp_backend", "gloo",
-           env={"DS_ACCELERATOR": "cpu", "ACPO_TEST_NO_DS_SHM_OP": "1"})
+    recipe = write_recipe(tmp_path, tiny_model_dir, "global", **DIAGNOSTICS)
+    launch(ZERO2_CPU_CONFIG, tmp_path / "records", [recipe], *DEEPSPEED_ARGS, env=DEEPSPEED_ENV)
     ranks = load_ranks(tmp_path / "records", "global")
     for rank in ranks:
         assert rank["distributed_type"] == "DistributedType.DEEPSPEED" and rank["backend"] == "gloo"
         assert rank["engine"] == "DeepSpeedEngine" and rank["zero_stage"] == 2
         assert rank["optimizer"] == "DeepSpeedZeroOptimizer"
     check_completed(ranks, tmp_path / "out_global")
-    ddp = load_ranks(ddp_runs / "records", "global")
-    for rank, ddp_rank in zip(ranks, ddp):
-        for step, (r, d) in enumerate(zip(rank["records"], ddp_rank["records"])):
-            assert r["eps"] == ranks[0]["records"][step]["eps"]  # the ranks agree
-            # Same data and seed as the DDP run: ZeRO-2's sharded optimizer gives the same trajectory.
-            assert r["eps"] == pytest.approx(d["eps"], abs=1e-4)
-            assert r["loss"] == pytest.approx(d["loss"], abs=1e-4)
+    check_ranks_agree(ranks)
+    # ZeRO-2's sharded optimizer gives the DDP trajectory.
+    check_matches_ddp(ranks, load_ranks(ddp_runs / "records", "global"))
+
+
+@pytest.mark.slow
+@needs_deepspeed
+def test_deepspeed_zero3_on_cpu_with_diagnostics_resumes_and_matches_ddp(tmp_path, tiny_model_dir, ddp_runs):
+    """ZeRO-3 (weights, gradients and optimizer states partitioned) with every diagnostic on: the uninterrupted run
+    saves checkpoints at steps 2 and 4; a second run, in the same processes, resumes from checkpoint-2."""
+    save = {"save_strategy": "steps", "save_steps": 2, **DIAGNOSTICS}
+    full = write_recipe(tmp_path, tiny_model_dir, "zero3", **save)
+    checkpoint = tmp_path / "out_zero3" / "checkpoint-2"
+    resumed = write_recipe(tmp_path, tiny_model_dir, "zero3_resumed", resume_from_checkpoint=str(checkpoint), **save)
+    # ACPO_TEST_ZERO3_RELEASE_AFTER_USE: ZeRO-3 releases each weight after every use (stage3_max_reuse_distance 0),
+    # as for a model too large to keep them, so the gradient diagnostics meet partitioned weights.
+    launch(ZERO3_CPU_CONFIG, tmp_path / "records", [full, resumed], *DEEPSPEED_ARGS,
+           env={**DEEPSPEED_ENV, "ACPO_TEST_ZERO3_RELEASE_AFTER_USE": "1"})
+    ranks = load_ranks(tmp_path / "records", "zero3")
+    for rank in ranks:
+        assert rank["distributed_type"] == "DistributedType.DEEPSPEED" and rank["backend"] == "gloo"
+        assert rank["engine"] == "DeepSpeedEngine" and rank["zero_stage"] == 3
+        assert rank["optimizer"] == "DeepSpeedZeroOptimizer_Stage3"
+        # The gradient diagnostics ran at every step (grad_every 1), at least once on weights ZeRO-3 had released.
+        assert len(rank["zero3_gathered"]) == MICRO_STEPS and max(rank["zero3_gathered"]) > 0
+    check_completed(ranks, tmp_path / "out_zero3")  # model.safetensors: the full weights, gathered on save
+    # DeepSpeed's checkpoint: each rank's partition of the weights and of the optimizer states.
+    assert {p.name for p in (checkpoint / "global_step2").iterdir()} >= {
+        f"zero_pp_rank_{r}_mp_rank_00_{kind}_states.pt" for r in range(2) for kind in ("model", "optim")}
+    check_ranks_agree(ranks)
+    check_matches_ddp(ranks, load_ranks(ddp_runs / "records", "global"))
+
+    resumed_ranks = load_ranks(tmp_path / "records", "zero3_resumed")
+    check_completed(resumed_ranks, tmp_path / "out_zero3_resumed", first_step=2)
+    check_ranks_agree(resumed_ranks)
+    for rank, uninterrupted in zip(resumed_ranks, ranks):
+        # Steps 3-4 after resuming: the weights, optimizer states, scheduler and RNG of step 2 give the same updates.
+        for r, u in zip(rank["records"], uninterrupted["records"][2:]):
+            assert r["eps"] == pytest.approx(u["eps"], rel=1e-6, abs=1e-7)
+            assert r["loss"] == pytest.approx(u["loss"], rel=1e-6, abs=1e-7)
+        ours, theirs = logged(rank), logged(uninterrupted)
+        assert sorted(ours) == [1, 2, 3, 4]  # steps 1-2 come from the checkpoint's trainer state
+        for step in ours:
+            assert ours[step] == pytest.approx(theirs[step], rel=1e-6, abs=1e-7), step
+    check_matches_ddp(resumed_ranks, load_ranks(ddp_runs / "records", "global"), first_step=2)
 
 
 @pytest.mark.slow

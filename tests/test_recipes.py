@@ -177,6 +177,7 @@ ACCELERATE_CONFIGS = {
     "cpu_2proc": ("MULTI_GPU", 1, 2, None, True),
     # DeepSpeed on CPU: use_cpu must stay false (accelerate turns DeepSpeed off for a cpu state; see the file).
     "deepspeed_zero2_cpu": ("DEEPSPEED", 1, 2, 2, False),
+    "deepspeed_zero3_cpu": ("DEEPSPEED", 1, 2, 3, False),
 }
 
 

@@ -18,12 +18,16 @@ u_t = -A_t r_t on the same tokens (the on-policy policy gradient when r = 1), bo
 
 Cost: 2 + 2K backward passes through the part of the graph that reaches ``params`` (restrict ``params`` to a
 named subset, e.g. the last block, to bound it), every N optimizer steps.
+
+Under DeepSpeed (any ZeRO stage) run them inside :func:`outside_engine_backward` (the diagnostics hook does): each
+rank then differentiates its own micro-batch loss with respect to the full parameters, as under DDP.
 """
 
 from __future__ import annotations
 
+import contextlib
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import torch
 
@@ -43,6 +47,91 @@ def select_parameters(model: torch.nn.Module, patterns: Sequence[str] | None = N
     if not named:
         raise ValueError(f"No trainable parameter matches {list(patterns or [])}.")
     return named
+
+
+class _FetchNothing:
+    """A stand-in for ZeRO-3's parameter coordinator: the module hooks that call it gather and release nothing."""
+
+    def is_record_trace(self) -> bool:
+        return False
+
+    def trace_prologue(self, *args, **kwargs) -> None:
+        pass
+
+    record_module = fetch_sub_module = release_sub_module = trace_prologue
+
+
+@contextlib.contextmanager
+def _zero3_gathered(model: torch.nn.Module, offload) -> Iterator[None]:
+    """The ZeRO-3 part of :func:`outside_engine_backward` (``offload``: the engine's ``DeepSpeedZeRoOffload``)."""
+    import deepspeed
+    from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+
+    to_gather = [p for p in model.parameters() if getattr(p, "ds_status", None) == ZeroParamStatus.NOT_AVAILABLE]
+    counters = ("applied_pre_backward_ref_cnt", "ds_grads_remaining")
+    saved = [(m, {c: vars(m)[c] for c in counters if c in vars(m)}) for m in model.modules()]
+    offload.get_param_coordinator = _FetchNothing  # an instance attribute: shadows the method the hooks call
+    try:
+        with deepspeed.zero.GatheredParameters(to_gather, enabled=bool(to_gather)):
+            yield
+    finally:
+        del offload.get_param_coordinator
+        for module, values in saved:
+            for name, value in values.items():
+                setattr(module, name, value)
+
+
+@contextlib.contextmanager
+def outside_engine_backward(engine) -> Iterator[None]:
+    """Extra ``torch.autograd.grad`` passes through the current graph of a DeepSpeed engine (``engine``: the
+    trainer's ``model_wrapped``) that the engine does not see; a no-op for any other model.
+
+    - Any ZeRO stage: DeepSpeed hooks the outputs of the engine's forward so that the first backward through them
+      runs the engine's backward prologue (it enters the engine's backward state and queues the epilogue that
+      reduces the gradients: run for an extra pass, that epilogue fails or corrupts the step) and every gradient
+      leaving them is divided by the gradient accumulation steps. Here the passes get unscaled gradients (as under
+      DDP), and the prologue is held back and run once at the end, as ``engine.backward`` would have run it.
+    - ZeRO-3: each parameter is a local shard, gathered around a module's forward and backward by module hooks (a
+      parameter coordinator) and by autograd nodes in the graph that gather before a module's backward (once per
+      forward: ``applied_pre_backward_ref_cnt``) and release after it (when ``ds_grads_remaining`` reaches 0). An
+      extra pass would spend those counts and release weights that the training backward then finds missing (and
+      with gradient checkpointing it recomputes forwards, which run the hooks again). Here every parameter not
+      gathered now is gathered for the duration (the whole model on each rank, as TRL gathers it to generate), the
+      hooks see a coordinator that gathers and releases nothing, and afterwards the counts are restored and the same
+      parameters partitioned again.
+
+    ``autograd.grad`` does not run the parameters' gradient-accumulation hooks, so ZeRO's gradient reduction never
+    sees the extra gradients, and ``.grad`` is untouched. DeepSpeed's private names used here are those of 0.19.
+    """
+    if not type(engine).__module__.startswith("deepspeed"):  # not a DeepSpeedEngine
+        yield
+        return
+    if not all(hasattr(engine, name) for name in ("_backward_prologue", "_running_engine_backward")):
+        raise RuntimeError(f"diagnostics_grad_every under DeepSpeed {_deepspeed_version()}: this DeepSpeed lacks the "
+                           "engine internals the gradient diagnostics work around (written for 0.19); set "
+                           "diagnostics_grad_every: 0, or use deepspeed 0.19.")
+    held = []
+    # Instance attributes: they shadow the engine's methods, which its output hooks look up on each call.
+    engine._backward_prologue = lambda: held.append(True)
+    engine.gradient_accumulation_steps = lambda: 1
+    offload = getattr(getattr(engine, "optimizer", None), "parameter_offload", None)
+    try:
+        with _zero3_gathered(engine.module, offload) if offload is not None else contextlib.nullcontext():
+            yield
+    finally:
+        del engine._backward_prologue, engine.gradient_accumulation_steps
+    if held:
+        running, engine._running_engine_backward = engine._running_engine_backward, True
+        try:
+            engine._backward_prologue()
+        finally:
+            engine._running_engine_backward = running
+
+
+def _deepspeed_version() -> str:
+    import deepspeed
+
+    return deepspeed.__version__
 
 
 def _flat_grad(loss: torch.Tensor, params: list[torch.Tensor]) -> torch.Tensor:

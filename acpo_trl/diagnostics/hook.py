@@ -10,7 +10,9 @@ loss it adds, to the metrics the trainer already all-reduces and logs in one cal
 - once in every window of ``grad_every`` optimizer steps (at a rotating update index, see
   :func:`gradient_step_due`), on the first micro-batch of the step:
   :func:`~acpo_trl.diagnostics.gradient_diagnostics` on the parameters matching ``grad_params``; the angle and norm
-  ratio are also logged per k (``grad/k{k}/angle_deg``, ``grad/k{k}/norm_ratio``).
+  ratio are also logged per k (``grad/k{k}/angle_deg``, ``grad/k{k}/norm_ratio``). Under DeepSpeed (any ZeRO stage)
+  they run inside :func:`~acpo_trl.diagnostics.gradients.outside_engine_backward`, which keeps their extra backward
+  passes out of the engine's own backward and, under ZeRO-3, gathers the partitioned weights for them.
 
 k = (micro-step within the rollout cycle) // gradient_accumulation_steps, the micro-step being TRL's
 ``_step % (steps_per_generation * num_iterations)``: 0 is the first optimizer update after a rollout (r == 1).
@@ -25,7 +27,7 @@ import torch
 
 from ..losses.acpo import BinClipRule
 from ..losses.registry import PolicyLossInputs, PolicyLossOutput
-from .gradients import gradient_diagnostics, select_parameters
+from .gradients import gradient_diagnostics, outside_engine_backward, select_parameters
 from .ratio_stats import ratio_diagnostics
 
 
@@ -90,11 +92,12 @@ def attach_diagnostics(trainer, config: DiagnosticsConfig):
             one = inputs.logps.new_ones((), dtype=torch.float64)
             metrics["diag/eps_rule_logratio"] = (one * (rule.statistic == "logratio"), one)
         if config.grad_every and step % ga == 0 and gradient_step_due(step // ga, config.grad_every, updates):
-            grad = gradient_diagnostics(
-                output.per_token_loss, inputs.logps, inputs.old_logps, inputs.advantages, inputs.mask, params,
-                loss_type=run_config.loss_type, num_bins=run_config.acpo_num_bins,
-                max_completion_length=run_config.max_completion_length, per_group=config.grad_per_group,
-            )
+            with outside_engine_backward(trainer.model_wrapped):  # DeepSpeed; else nothing
+                grad = gradient_diagnostics(
+                    output.per_token_loss, inputs.logps, inputs.old_logps, inputs.advantages, inputs.mask, params,
+                    loss_type=run_config.loss_type, num_bins=run_config.acpo_num_bins,
+                    max_completion_length=run_config.max_completion_length, per_group=config.grad_per_group,
+                )
             for name in ("angle_deg", "norm_ratio"):
                 grad[f"grad/k{k}/{name}"] = grad[f"grad/{name}"]
             metrics.update(grad)

@@ -6,10 +6,15 @@ on every rank, what ACPO's loss computed at each micro-step.
 
 Each ``--config`` is trained in turn, in the same processes (imports and the process group are paid once). For
 each recipe, rank r writes ``OUT_DIR/<recipe stem>.rank<r>.json`` with one record per call of ACPO's
-``BinClipRule.stats`` (the per-bin count, std and eps the loss used, plus the eps that *local* statistics would have
-given on the same micro-batch, with that micro-batch's count, mean and std), the per-token loss of that micro-batch (masked mean, this rank's tokens), the
-process layout, and the trainer's log history. Nothing in ``acpo_trl`` is changed: ``BinClipRule.stats``, which
-``acpo_loss`` calls, and the ``acpo`` registry entry are wrapped for the duration of the run.
+``BinClipRule.stats`` made by ACPO's loss (the per-bin count, std and eps the loss used, plus the eps that *local*
+statistics would have given on the same micro-batch, with that micro-batch's count, mean and std; the diagnostics'
+own calls are not recorded), the per-token loss of that micro-batch (masked mean, this rank's tokens), the process
+layout, how many weights each gradient diagnosis had to gather under ZeRO-3 (``zero3_gathered``), and the trainer's
+log history. Nothing in ``acpo_trl`` is changed: ``BinClipRule.stats``, which ``acpo_loss`` calls, the ``acpo``
+registry entry and the diagnostics' ZeRO-3 gathering are wrapped for the duration of the run.
+
+Environment: ``ACPO_TEST_NO_DS_SHM_OP=1`` skips the JIT build of DeepSpeed's (unused) shared-memory kernel;
+``ACPO_TEST_ZERO3_RELEASE_AFTER_USE=1`` makes ZeRO-3 release every weight after each use.
 """
 
 from __future__ import annotations
@@ -36,17 +41,24 @@ def main() -> None:
     configs = [sys.argv[i + 1] for i, arg in enumerate(sys.argv) if arg == "--config"]
     extra = [a for i, a in enumerate(sys.argv[2:], 2) if a != "--config" and sys.argv[i - 1] != "--config"]
 
+    import acpo_trl.diagnostics.gradients as gradients_module
     import acpo_trl.train as train_module
     from acpo_trl.losses import POLICY_LOSSES, BinClipRule
 
     original_stats = BinClipRule.stats
     original_entry = POLICY_LOSSES["acpo"]
     original_run = train_module.run
+    original_gathered = gradients_module._zero3_gathered
     records: list[dict] = []
+    gathered: list[int] = []
     finished: list = []
+
+    in_loss: list[bool] = [False]  # only ACPO's loss is recorded, not the diagnostics' own use of the bin rule
 
     def recording_stats(rule, bins, x, all_reduce=None):
         stats = original_stats(rule, bins, x, all_reduce)
+        if not in_loss[0]:
+            return stats
         record = {"scope": "global" if all_reduce is not None else "local",
                   "count": _floats(stats.count), "std": _floats(stats.std), "eps": _floats(stats.eps)}
         if all_reduce is not None:  # what "local" statistics would give on this same micro-batch
@@ -57,7 +69,11 @@ def main() -> None:
         return stats
 
     def recording_loss(inputs, config):
-        output = original_entry.fn(inputs, config)
+        in_loss[0] = True
+        try:
+            output = original_entry.fn(inputs, config)
+        finally:
+            in_loss[0] = False
         mask = inputs.mask
         loss = float((output.per_token_loss.detach() * mask).sum() / mask.sum().clamp(min=1))
         records[-1]["loss"] = loss  # the BinClipRule.stats record of this very call
@@ -75,6 +91,26 @@ def main() -> None:
         # (`import deepspeed.comm.torch as m` would bind the real torch: deepspeed.comm re-exports it.)
         ds_comm_torch = importlib.import_module("deepspeed.comm.torch")
         ds_comm_torch.build_shm_op = lambda: None
+    if os.environ.get("ACPO_TEST_ZERO3_RELEASE_AFTER_USE") == "1":
+        import deepspeed
+
+        original_initialize = deepspeed.initialize
+
+        def initialize(*args, **kwargs):  # accelerate looks deepspeed.initialize up when it prepares the model
+            # ZeRO-3 releases a weight after each use when its next use is farther than this (in elements); with the
+            # default (1e9) a tiny model stays gathered from its forward to its backward, a large one does not.
+            kwargs["config_params"]["zero_optimization"]["stage3_max_reuse_distance"] = 0
+            return original_initialize(*args, **kwargs)
+
+        deepspeed.initialize = initialize
+
+    def counting_gathered(model, offload):  # how many weights the gradient diagnostics had to gather
+        from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
+
+        gathered.append(sum(p.ds_status == ZeroParamStatus.NOT_AVAILABLE for p in model.parameters()))
+        return original_gathered(model, offload)
+
+    gradients_module._zero3_gathered = counting_gathered
     BinClipRule.stats = recording_stats
     POLICY_LOSSES["acpo"] = dataclasses.replace(original_entry, fn=recording_loss)
     train_module.run = recording_run  # examples/train_acpo.py -> acpo_trl.train.main -> run
@@ -82,6 +118,7 @@ def main() -> None:
         for config in configs:
             records.clear()
             finished.clear()
+            gathered.clear()
             sys.argv = [str(EXAMPLE), "--config", config, *extra]
             runpy.run_path(str(EXAMPLE), run_name="__main__")
             trainer = finished[-1]
@@ -99,6 +136,7 @@ def main() -> None:
                                if hasattr(trainer.model_wrapped, "zero_optimization_stage") else None),
                 "optimizer": type(getattr(trainer.model_wrapped, "optimizer", None) or trainer.optimizer).__name__,
                 "records": records,
+                "zero3_gathered": gathered,
                 "log_history": [{k: v for k, v in e.items() if isinstance(v, (int, float)) and math.isfinite(v)}
                                 for e in trainer.state.log_history],
             }
@@ -110,6 +148,7 @@ def main() -> None:
         BinClipRule.stats = original_stats
         POLICY_LOSSES["acpo"] = original_entry
         train_module.run = original_run
+        gradients_module._zero3_gathered = original_gathered
 
 
 if __name__ == "__main__":
