@@ -1,0 +1,76 @@
+"""benchmarks/gpu_check.py, the prepared check for a CUDA GPU machine (docs/gpu_check.md): its ``--tiny`` mode runs
+the same code on CPU with a tiny model, so that the script cannot rot where CI has no GPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "benchmarks" / "gpu_check.py"
+DOC = REPO / "docs" / "gpu_check.md"
+
+
+def load_script():
+    spec = importlib.util.spec_from_file_location("gpu_check", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # standard library only at import: cheap
+    return module
+
+
+@pytest.mark.slow
+def test_tiny_check_reports_every_figure(tmp_path):
+    gpu_check = load_script()
+    env = dict(os.environ, OMP_NUM_THREADS=os.environ.get("OMP_NUM_THREADS", "1"))
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--out", str(tmp_path)], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads((tmp_path / "results.json").read_text())
+    table = (tmp_path / "results.md").read_text()
+
+    assert results["mode"] == "tiny" and results["status"] == 0
+    assert results["parts"] == {part: "ok" for part in gpu_check.PARTS}
+    assert results["wall_s"] <= results["budget_s"]
+    for path, part, figure, unit in gpu_check.figures("cpu"):
+        value = gpu_check.lookup(results, path)
+        assert isinstance(value, (int, float)) and value == value, f"{path}: {value!r}"  # a number, not NaN
+        assert f"| {figure} | {gpu_check.fmt(value)} | {unit} |" in table, figure
+    # without a GPU every CUDA test is collected and skipped, none fails
+    tests = results["cuda_tests"]
+    assert tests["failed"] == 0 and tests["passed"] == 0 and tests["skipped"] >= 3
+    assert (tmp_path / "cuda_tests.xml").exists() and (tmp_path / "log.txt").exists()
+    step = results["train_step"]
+    assert step["losses_finite"] and step["rounds"] >= 1 and step["model"]["activation_checkpointing"]
+    assert results["loss_compiled"]["matches_eager"] is True
+    machine = results["machine"]
+    assert machine["gpu"] is None and machine["torch"] and machine["trl"]
+    for name in ("torch", "transformers", "trl"):
+        assert f"{name} {machine[name]}" in table
+
+
+def test_every_file_with_cuda_tests_is_run_by_the_check():
+    gpu_check = load_script()
+    marked = {f"tests/{path.name}" for path in (REPO / "tests").glob("test_*.py")
+              if re.search(r"pytest\.mark\.cuda\b", path.read_text())}
+    assert marked == set(gpu_check.CUDA_TEST_FILES)
+
+
+def test_the_doc_gives_the_wheels_and_the_commands():
+    gpu_check = load_script()
+    doc = DOC.read_text()
+    for pin in gpu_check.WHEELS:
+        assert pin in doc, pin
+    for command in ("python benchmarks/gpu_check.py --download-wheels gpu_wheels",
+                    "python3 benchmarks/gpu_check.py --wheels gpu_wheels --out gpu_results",
+                    "python benchmarks/gpu_check.py --tiny --out"):
+        assert command in doc, command
+    assert "/gpu_wheels/" in (REPO / ".gitignore").read_text()
+    # no torch wheel travels: the GPU machine's own torch must stay
+    assert not any(pin.split("==")[0] in ("torch", "vllm") for pin in gpu_check.WHEELS)
