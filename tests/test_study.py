@@ -416,3 +416,24 @@ def test_a_machine_that_is_another_testbed_runs_only_blocks_without_the_others_r
         cli._runnable_here(specs, tmp_path, tmp_path / "warmups")
     check = TestbedCheck("x", True, "a" * 12, None, "x reproduced bit for bit")
     assert cli._runnable_here(specs, tmp_path, tmp_path / "warmups") == (specs, [])
+
+
+def test_identical_runs_and_each_bin_clip_methods_own_eps_in_the_table():
+    from acpo_trl.study.table import identical_runs_table, own_eps, write_table
+
+    def run(method, upr, seed, evals, std=0.1, rule=None, alpha=None):
+        diagnostics = {"bins": {"acpo_eps": {"1,0": 0.5}, "logratio_std": {"1,0": std}}, "grad_k": {}, "grad": {}}
+        if rule:
+            diagnostics["eps_rule"] = rule
+        return {**_result("add2", method, upr, seed, evals[-1]), "evals": [{"step": s, "sampled": e} for s, e in
+                enumerate(evals)], "rewards": [[1, 0.5]], "diagnostics": diagnostics,
+                "spec": {"task": "add2", "upr": upr, "seed": seed, "method": method, "alpha": alpha, "clip": None}}
+
+    results = [run("acpo", 2, 0, [0.4, 0.6]), run("dapo", 2, 0, [0.4, 0.6]),  # seed 0: identical
+               run("acpo", 2, 1, [0.4, 0.6]), run("dapo", 2, 1, [0.4, 0.7])]
+    assert "| add2 | 2 | 2 | 1 | 1 |" in "\n".join(identical_runs_table(results))
+    # acpo_log logged before its rule was recorded: its own eps from the log-ratio std (approximate, marked)
+    assert own_eps(run("acpo_log", 16, 0, [0.4], std=0.3), 1, 0) == (pytest.approx(0.2 + 3 * 0.3), "acpo_log's own ≈")
+    assert own_eps(run("acpo_log", 16, 0, [0.4], rule="logratio"), 1, 0) == (0.5, "own (log-ratio)")
+    assert own_eps(run("dapo", 16, 0, [0.4]), 1, 0) == (0.5, "ACPO's (not applied)")
+    assert "| acpo_log's own ≈ |" in write_table([run("acpo_log", 16, 0, [0.4, 0.5], std=0.3)])

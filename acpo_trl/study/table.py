@@ -171,39 +171,102 @@ def _mean(values) -> float:
     return sum(values) / len(values) if values else math.nan
 
 
+def own_eps(result: dict, k: int, b: int) -> tuple[float, str]:
+    """The eps of the run's own bin rule at update k and bin b, and the rule that column shows: ``acpo_eps`` where
+    the diagnostics logged the run's own rule (``eps_rule``); for an ``acpo_log`` run logged before the rule was
+    recorded (its ``acpo_eps`` is ACPO's ratio rule), eps = clamp(base + alpha x log-ratio std, min, max) from the
+    run-mean log-ratio std, an approximation ("≈": the mean of the per-micro-batch rule, not the rule of the mean)."""
+    diags, spec = result["diagnostics"], result["spec"]
+    rule = diags.get("eps_rule", "ratio")
+    value = diags["bins"].get("acpo_eps", {}).get(f"{k},{b}")
+    if spec["method"] == "acpo_log" and rule == "ratio":
+        std = diags["bins"].get("logratio_std", {}).get(f"{k},{b}")
+        low, high = spec.get("clip") or (0.0, 3.0)
+        alpha = 3.0 if spec.get("alpha") is None else spec["alpha"]
+        value = None if std is None else min(max(0.2 + alpha * math.sqrt(std**2 + 1e-8), low), high)
+        return (math.nan if value is None else value), "acpo_log's own ≈"
+    if spec["method"] in ("acpo", "acpo_log"):
+        return (math.nan if value is None else value), f"own ({'log-ratio' if rule == 'logratio' else 'ratio'})"
+    return (math.nan if value is None else value), "ACPO's (not applied)"
+
+
 def diagnostics_table(results: list[dict]) -> list[str]:
-    """Per task, variant and regime, means over seeds (and over the update indices k >= 1 of a rollout): the eps
-    ACPO's rule gives each bin, the method's clip fraction in the lowest and highest bins by advantage sign, the
-    gradient angle to the unclipped surrogate, and the gradient share of the low-probability bins 0-1."""
+    """Per task, variant and regime, means over seeds (and over the update indices k >= 1 of a rollout): the eps of
+    the run's bin rule in each bin (:func:`own_eps`: the method's own for ACPO and ``acpo_log``, what ACPO would set
+    for the others), the method's clip fraction in the lowest and highest bins by advantage sign (for bin 0's A < 0
+    tokens also the largest run mean at one update index), the gradient angle to the unclipped surrogate, and the
+    gradient share of the low-probability bins 0-1."""
     cells: dict = defaultdict(list)
     for r in results:
         if r.get("diagnostics"):
-            cells[(group_of(r), r["variant"], r["spec"]["upr"])].append(r["diagnostics"])
+            cells[(group_of(r), r["variant"], r["spec"]["upr"])].append(r)
     if not cells:
         return []
 
-    def by_bin(diags, metric, b):
-        return _mean([v for d in diags for kb, v in d["bins"].get(metric, {}).items()
-                      if kb.endswith(f",{b}") and int(kb.split(",")[0]) >= 1])
+    def by_bin(runs, metric, b, reduce=_mean):
+        return reduce([v for r in runs for kb, v in r["diagnostics"]["bins"].get(metric, {}).items()
+                       if kb.endswith(f",{b}") and int(kb.split(",")[0]) >= 1])
 
     def pct(x):
-        return "–" if math.isnan(x) else f"{100 * x:.1f}"
+        return "–" if math.isnan(x) else f"{100 * x:.2f}" if 0 < 100 * x < 1 else f"{100 * x:.1f}"
+
+    def largest(values):
+        values = [v for v in values if v is not None and math.isfinite(v)]
+        return max(values) if values else math.nan
 
     lines = ["## Diagnostics (means over seeds and over updates k >= 1 of a rollout)", "",
-             "| task | variant | upr | ACPO eps bins 0..4 | clip % A>0 bin 0 / 4 | clip % A<0 bin 0 / 4 | "
-             "log-ratio std bin 0 / 4 | angle to unclipped (k >= 1) | grad share bins 0-1 (A>0 / A<0) |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for (task, variant, upr), diags in sorted(cells.items()):
-        eps = " / ".join(f"{by_bin(diags, 'acpo_eps', b):.2f}" for b in range(5))
-        clip = lambda m: f"{pct(by_bin(diags, m, 0))} / {pct(by_bin(diags, m, 4))}"  # noqa: E731
+             "eps: the bin rule's range per bin, the run's own for ACPO and `acpo_log` (own (ratio): std of r; own "
+             "(log-ratio): std of log r; acpo_log's own ≈: computed from the logged log-ratio std for runs made before "
+             "the diagnostics recorded acpo_log's rule, see `table.own_eps`), and for the other methods the range ACPO "
+             "at alpha 3 would set (not applied). Clip %: the method's own clip masks (CISPO: its trust-region mask). "
+             "Bin-0 A<0 largest: the largest run mean at one update index k.", "",
+             "| task | variant | upr | eps bins 0..4 | eps rule | clip % A>0 bin 0 / 4 | clip % A<0 bin 0 / 4 | "
+             "bin-0 A<0 clip % largest | log-ratio std bin 0 / 4 | angle to unclipped (k >= 1) | "
+             "grad share bins 0-1 (A>0 / A<0) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (task, variant, upr), runs in sorted(cells.items()):
+        diags = [r["diagnostics"] for r in runs]
+        eps_cells = {(r["run_id"], k, b): own_eps(r, k, b) for r in runs
+                     for k in {int(kb.split(",")[0]) for kb in r["diagnostics"]["bins"].get("logratio_std", {})}
+                     if k >= 1 for b in range(5)}
+        eps = " / ".join(f"{_mean([v for (_, _, bb), (v, _) in eps_cells.items() if bb == b]):.2f}" for b in range(5))
+        rule = ", ".join(sorted({name for _, name in eps_cells.values()})) or "–"
+        clip = lambda m: f"{pct(by_bin(runs, m, 0))} / {pct(by_bin(runs, m, 4))}"  # noqa: E731
         pos = "clip_frac_pos" if any("clip_frac_pos" in d["bins"] for d in diags) else "acpo_clip_frac_pos"
         neg = pos.replace("pos", "neg")
-        std = f"{by_bin(diags, 'logratio_std', 0):.3f} / {by_bin(diags, 'logratio_std', 4):.3f}"
+        std = f"{by_bin(runs, 'logratio_std', 0):.3f} / {by_bin(runs, 'logratio_std', 4):.3f}"
         angle = _mean([v for d in diags for k, v in d["grad_k"].get("angle_deg", {}).items() if int(k) >= 1])
         share = [_mean([sum(d["grad"].get(f"share/bin{b}/{s}", math.nan) for b in (0, 1)) for d in diags])
                  for s in ("pos", "neg")]
-        lines.append(f"| {task} | `{variant}` | {upr} | {eps} | {clip(pos)} | {clip(neg)} | {std} | "
+        lines.append(f"| {task} | `{variant}` | {upr} | {eps} | {rule} | {clip(pos)} | {clip(neg)} | "
+                     f"{pct(by_bin(runs, neg, 0, largest))} | {std} | "
                      f"{'–' if math.isnan(angle) else f'{angle:.1f}°'} | {share[0]:.2f} / {share[1]:.2f} |")
+    return lines + [""]
+
+
+def identical_runs_table(results: list[dict]) -> list[str]:
+    """Per group and regime, the seeds whose runs of every variant are bit-identical (the same held-out evaluations
+    and rollout rewards at every step): where nothing clips, the variants make the same updates, and they cannot
+    differ by construction."""
+    blocks: dict = defaultdict(list)
+    for r in results:
+        if "evals" in r:
+            blocks[(group_of(r), r["spec"]["upr"], r["spec"]["seed"])].append(json.dumps([r["evals"], r["rewards"]]))
+    rows: dict = defaultdict(lambda: [0, 0, 0])
+    for (group, upr, _), runs in blocks.items():
+        if len(runs) < 2:
+            continue
+        row = rows[(group, upr)]
+        row[0] += 1
+        row[1] += len(set(runs)) == 1
+        row[2] += len(set(runs)) < len(runs)
+    if not rows:
+        return []
+    lines = ["## Identical runs", "", "Seeds whose runs are bit-identical across variants (same evaluations and rollout "
+             "rewards), per group and regime: where no method's clip binds, the variants make the same updates.", "",
+             "| task | upr | seeds | all variants identical | some variants identical |", "|---|---|---|---|---|"]
+    for (group, upr), (seeds, every, some) in sorted(rows.items()):
+        lines.append(f"| {group} | {upr} | {seeds} | {every} | {some} |")
     return lines + [""]
 
 
@@ -259,6 +322,7 @@ def write_table(results: list[dict], path: str | Path | None = None) -> str:
         for task, data in summarize(results, exclude_collapsed=True).items():
             lines += _task_table(task, data, with_collapse=False)
     lines += diagnostics_table(results)
+    lines += identical_runs_table(results)
     lines += testbeds_table(results)
     text = "\n".join(lines)
     if path is not None:
