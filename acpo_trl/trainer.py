@@ -22,6 +22,7 @@ from trl import GRPOTrainer
 
 from .config import ACPOConfig
 from .diagnostics.hook import update_index
+from .host_memory import release_freed_memory
 from .hub import HubUnreachableError, check_hub_reachable
 from .losses import AggregatedLoss, PolicyLossInputs, aggregate_loss, reduce_metrics
 from .shared_prefix import (MIN_SHARED_TOKENS, cache_argument, prefix_cache, repeat_cache, shared_prefix_generation,
@@ -136,7 +137,18 @@ class ACPOTrainer(GRPOTrainer):
         output = super()._generate_and_score_completions(inputs)
         if "logppl_z" in self.method_needs:
             output["logppl_z"] = self._group_logppl_z(output)
+        self._release_host_memory()
         return output
+
+    def training_step(self, *args, **kwargs):
+        loss = super().training_step(*args, **kwargs)
+        self._release_host_memory()
+        return loss
+
+    def _release_host_memory(self) -> None:
+        """On CPU, return what freed tensors left in the C heap to the OS between phases (:mod:`acpo_trl.host_memory`)."""
+        if self.accelerator.device.type == "cpu":
+            release_freed_memory()
 
     @torch.no_grad()
     def _group_logppl_z(self, batch) -> torch.Tensor:
@@ -211,6 +223,7 @@ class ACPOTrainer(GRPOTrainer):
         values = self._log_metrics(metrics, mode)
         if mode == "train" and self._watch_lower_clip:
             self._say_if_lower_clip_void(values)
+        self._release_host_memory()  # the forward's freed temporaries, before the backward allocates
         return loss
 
     def _forward(self, model, inputs) -> "_Forward":

@@ -134,3 +134,27 @@ def test_a_void_lower_clip_is_said_once_per_run(tmp_path, tiny_model, caplog):
             assert f"bin(s) {', '.join(map(str, bins))} " in said[0]
             assert f"at update {first % 4 + 1} of 4 of a rollout (optimizer step {first + 1})" in said[0]
             assert "docs/RESULTS.md" in said[0] and first % 4 > 0  # never at k = 0, where r = 1
+
+
+def test_freed_host_memory_is_returned_between_phases(tmp_path, tiny_model, monkeypatch):
+    """release_freed_memory returns what freed tensors left in glibc's heap (the resident size falls), and
+    ACPOTrainer on CPU calls it after each rollout, forward pass and micro-step."""
+    from acpo_trl import ACPOConfig, ACPOTrainer
+    from acpo_trl.host_memory import release_freed_memory
+    from acpo_trl.toy import toy_dataset, toy_reward
+
+    def resident_mb():
+        with open("/proc/self/status") as status:
+            return next(int(line.split()[1]) for line in status if line.startswith("VmRSS")) / 1024
+
+    blocks = [torch.ones(64, 1024) for _ in range(2000)]  # 256 KB each: below glibc's mmap threshold, in the heap
+    del blocks[: len(blocks) - 1]  # freed, but the last block pins the top of the heap
+    before = resident_mb()
+    assert release_freed_memory() and resident_mb() < before - 200
+
+    calls = []
+    monkeypatch.setattr("acpo_trl.trainer.release_freed_memory", lambda: calls.append(1))
+    model, tokenizer = tiny_model
+    args = ACPOConfig(**trainer_kwargs(tmp_path, steps_per_generation=2, max_steps=2))
+    ACPOTrainer(model, toy_reward, args=args, train_dataset=toy_dataset(16), processing_class=tokenizer).train()
+    assert len(calls) == 1 + 2 * 2  # one rollout; a forward and a micro-step per update
