@@ -19,6 +19,17 @@ def collapsed(rewards: list[tuple[int, float]], steps: int, tail: float = 0.2) -
     return len(last) >= 2 and all(r == 0 for r in last)
 
 
+def code_version() -> str | None:
+    """The commit of the checkout the run's code came from (None outside a git checkout)."""
+    import subprocess
+
+    try:
+        return subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10,
+                              cwd=Path(__file__).resolve().parent).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
 def write_result(spec, run_dir: Path, evals: list[dict], start: float, **extra) -> dict:
     """Summarize a finished run (its ``metrics.jsonl`` and held-out ``evals``: ``{"step", "sampled", ...}`` from
     step 0 to the end) into ``result.json``, written last and atomically; returns the result."""
@@ -41,6 +52,7 @@ def write_result(spec, run_dir: Path, evals: list[dict], start: float, **extra) 
         "evals": evals,
         "rewards": rewards,
         "seconds": time.time() - start,
+        "code": code_version(),
         **extra,
     }
     tmp = run_dir / "result.json.tmp"
