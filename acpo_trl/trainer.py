@@ -25,7 +25,7 @@ from .diagnostics.hook import update_index
 from .host_memory import release_freed_memory
 from .hub import HubUnreachableError, check_hub_reachable
 from .losses import AggregatedLoss, PolicyLossInputs, aggregate_loss, reduce_metrics
-from .shared_prefix import (MIN_SHARED_TOKENS, cache_argument, prefix_cache, repeat_cache, shared_prefix_generation,
+from .shared_prefix import (MIN_SHARED_TOKENS, cache_argument, prompt_cache, select_cache, shared_prefix_generation,
                             shared_prefix_length)
 from .vllm_check import check_vllm_device
 
@@ -175,9 +175,9 @@ class ACPOTrainer(GRPOTrainer):
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, compute_aux_loss=False, **model_inputs):
         """TRL's per-token log-probs and entropies; with ``share_prompt_prefix``, when every row shares at least
-        ``MIN_SHARED_TOKENS`` leading tokens, that prefix runs once and each chunk of ``batch_size`` rows runs the
-        rest against its cache (:mod:`acpo_trl.shared_prefix`). Multimodal inputs and the MoE aux loss take TRL's
-        path."""
+        ``MIN_SHARED_TOKENS`` leading tokens, the shared prefix and each distinct prompt run once and each chunk of
+        ``batch_size`` rows runs only its completion against its prompt's cache (:mod:`acpo_trl.shared_prefix`).
+        Multimodal inputs and the MoE aux loss take TRL's path."""
         shared = shared_prefix_length(input_ids, attention_mask, logits_to_keep) if self.args.share_prompt_prefix else 0
         if shared < MIN_SHARED_TOKENS or compute_aux_loss or any(v is not None for v in model_inputs.values()):
             return super()._get_per_token_logps_and_entropies(
@@ -185,17 +185,17 @@ class ACPOTrainer(GRPOTrainer):
                 **model_inputs)
         labels = input_ids.masked_fill(attention_mask == 0, -100)
         labels[:, :-logits_to_keep] = -100
-        with self.accelerator.autocast():
-            prefix = prefix_cache(self.accelerator.unwrap_model(model), input_ids[:1, :shared],
-                                  attention_mask[:1, :shared])
+        with self.accelerator.autocast():  # the last prompt token stays with its row: its logit scores the first
+            prompts = prompt_cache(self.accelerator.unwrap_model(model), input_ids, attention_mask, shared,
+                                   input_ids.size(1) - logits_to_keep - 1, self._cache_argument)
         batch_size = batch_size or input_ids.size(0)
         logps, entropies = [], []
         for start in range(0, input_ids.size(0), batch_size):
             rows = slice(start, start + batch_size)
             with self.accelerator.autocast():
-                outputs = model(input_ids=input_ids[rows, shared:], attention_mask=attention_mask[rows],
-                                labels=labels[rows, shared:], fused_lm_head=True,
-                                **{self._cache_argument: repeat_cache(prefix, input_ids[rows].size(0))})
+                outputs = model(input_ids=input_ids[rows, prompts.end:], attention_mask=attention_mask[rows],
+                                labels=labels[rows, prompts.end:], fused_lm_head=True,
+                                **{self._cache_argument: select_cache(prompts.cache, prompts.row_prompt[rows])})
             logps.append(outputs.log_probs[:, -logits_to_keep:])
             entropies.append(outputs.entropy[:, -logits_to_keep:] if compute_entropy else None)
         return torch.cat(logps), torch.cat(entropies) if compute_entropy else None, None

@@ -65,7 +65,7 @@ def prefix_calls(monkeypatch):
         calls.append(args[1].shape)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr("acpo_trl.trainer.prefix_cache", counting)
+    monkeypatch.setattr("acpo_trl.shared_prefix.prefix_cache", counting)
     return calls
 
 
@@ -90,6 +90,28 @@ def test_logps_entropies_and_gradients_equal_trls_forward(trainer_pair, prefix_c
     assert our_grads.keys() == trl_grads.keys() and trl_grads
     for name in trl_grads:
         torch.testing.assert_close(our_grads[name], trl_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+
+
+def test_each_distinct_prompt_runs_once(trainer_pair, monkeypatch):
+    """Rows from 3 distinct prompts (2 completions each): the prompts' remainders run at batch 3, and each row only
+    its last prompt token and completion; the numbers still equal TRL's."""
+    from acpo_trl import trainer as trainer_module
+
+    trl, ours = trainer_pair
+    prompt_ids, prompt_mask, completion_ids, completion_mask = shared_prefix_inputs(trl.model.config.vocab_size)
+    prompt_ids = prompt_ids[[0, 0, 1, 1, 2, 2]]
+    ids, mask = torch.cat([prompt_ids, completion_ids], 1), torch.cat([prompt_mask, completion_mask], 1)
+    built = []
+    original = trainer_module.prompt_cache
+    monkeypatch.setattr(trainer_module, "prompt_cache", lambda *a: built.append(original(*a)) or built[-1])
+    results = [t._get_per_token_logps_and_entropies(t.model, ids, mask, completion_ids.size(1), batch_size=4,
+                                                    compute_entropy=True) for t in (trl, ours)]
+    (prompts,) = built
+    rows = prompts.row_prompt.tolist()
+    assert rows[0] == rows[1] and rows[2] == rows[3] and rows[4] == rows[5] and len(set(rows)) == 3
+    assert prompts.end == prompt_ids.size(1) - 1 and next(iter(prompts.cache))[0].size(0) == 3
+    for trl_value, our_value in zip(results[0][:2], results[1][:2]):
+        torch.testing.assert_close(our_value, trl_value, rtol=1e-5, atol=2e-6)
 
 
 def test_loss_and_gradients_equal_grpo_trainer(trainer_pair, prefix_calls):
