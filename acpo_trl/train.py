@@ -18,6 +18,7 @@ import time
 import warnings
 
 from .cli_errors import MissingPackageError, UserError, cli_main, parse_config, user_input
+from .host_memory import cap_mmap_threshold
 
 OFFLINE_MODEL = "offline:smollm2"
 
@@ -220,6 +221,8 @@ def main(argv: list[str] | None = None) -> None:
     warnings.filterwarnings("ignore", category=FutureWarning)  # transformers 5 renames, not ours to fix
     script_args, training_args, model_args = parse_config(make_parser(), argv)
     check_inputs(training_args, model_args)
+    if training_args.use_cpu:  # the process's tensors live in the C heap (acpo_trl/host_memory.py)
+        cap_mmap_threshold()
     run(script_args, training_args, model_args)
 
 
