@@ -9,7 +9,8 @@ peak resident memory by about 0.35 GB. ``malloc_trim(0)`` costs a few millisecon
 
 Within a phase, glibc gives a block its own mapping, returned to the OS when freed, only above its mmap threshold,
 which rises as large blocks are freed (up to 32 MB): most tensors of a step then come from the heap and what they
-free stays resident. ``acpo-train`` on CPU fixes the threshold at :data:`MMAP_THRESHOLD` (``cap_mmap_threshold``):
+free stays resident. ``acpo-train`` on CPU fixes the threshold at :data:`MMAP_THRESHOLD` (``cap_mmap_threshold``;
+``low_memory: false`` leaves it):
 the demo's peak resident memory went from 3.60 to 3.38 GB for 35 s more system time (+18 s wall on 2 cores; README,
 "The demo's time and memory"). Both are no-ops where the C library is not glibc.
 """

@@ -221,7 +221,7 @@ def main(argv: list[str] | None = None) -> None:
     warnings.filterwarnings("ignore", category=FutureWarning)  # transformers 5 renames, not ours to fix
     script_args, training_args, model_args = parse_config(make_parser(), argv)
     check_inputs(training_args, model_args)
-    if training_args.use_cpu:  # the process's tensors live in the C heap (acpo_trl/host_memory.py)
+    if training_args.use_cpu and script_args.low_memory:  # the tensors live in the C heap (acpo_trl/host_memory.py)
         cap_mmap_threshold()
     run(script_args, training_args, model_args)
 

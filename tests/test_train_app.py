@@ -226,3 +226,17 @@ def test_before_training_evaluation_is_shared_through_a_file(tmp_path):
 
     with pytest.raises(ValueError, match="report_before_file.*report: true"):
         ACPOScriptArguments(task="toy", report_before_file=path)
+
+
+@pytest.mark.parametrize("low_memory,expected", [(True, 1), (False, 0)])
+def test_acpo_train_on_cpu_caps_the_mmap_threshold_unless_told_not_to(tmp_path, tiny_dir, monkeypatch, low_memory,
+                                                                       expected):
+    import acpo_trl.train as train_module
+    from acpo_trl.host_memory import cap_mmap_threshold
+
+    calls = []
+    monkeypatch.setattr(train_module, "cap_mmap_threshold", lambda: calls.append(1))
+    monkeypatch.setattr(train_module, "run", lambda *args: None)
+    train_module.main(["--config", recipe(tmp_path, tiny_dir), "--low_memory", str(low_memory).lower()])
+    assert len(calls) == expected
+    assert cap_mmap_threshold()  # glibc (this Linux): the setting is accepted
