@@ -347,6 +347,14 @@ def test_drift_map_places_each_variant_at_its_levels_measured_drift(tmp_path):
     assert rows[("`dapo`", "5e-06")][6].startswith("+0.0%") and rows[("`dapo`", "5e-06")][2:4] == ["0.075", "0.050"]
     assert not any(variant == "`ppo_clip`" for variant, _ in rows)  # one level only: no curve to draw
     assert (tmp_path / "map.png").stat().st_size > 1000
+    # a real model at one level, with the testbed's map behind it: its one point per variant is kept
+    real = [{**result("acpo", 2e-5, upr, seed, acc, 0.4 if upr == 16 else 0.01), "group": "real@lr2e-05"}
+            for seed in range(3) for upr, acc in ((2, 0.8), (16, 0.4))]
+    for r in real:
+        r["spec"]["task"] = "real"
+    lines = drift_map(real, "real", None, tmp_path / "real.png", beside=("testbed add2", results, "add2"))
+    assert len(lines) == 3 and lines[2].startswith("| `acpo` | 2e-05 | 0.400 |") and "+50.0%" in lines[2]
+    assert (tmp_path / "real.png").stat().st_size > 1000
 
 
 def test_drift_grid_extends_the_committed_grid_in_whole_blocks(capsys):

@@ -95,7 +95,7 @@ def _estimate(specs: list, jobs: int) -> float:
     return sum(estimate_seconds([s], SECONDS_PER_STEP.get(s.task, SECONDS_PER_STEP["add2"]), jobs=jobs) for s in specs)
 
 
-def report(out_dir: Path, plots: str = "some") -> str:
+def report(out_dir: Path, plots: str = "some", beside: Path | None = None) -> str:
     """Write ``table.md`` and the PNGs under ``out_dir/plots``; returns the table."""
     from ..diagnostics.plots import plot_bins_vs_k, plot_gradient_diagnostics
     from ..plots import read_metrics
@@ -106,7 +106,7 @@ def report(out_dir: Path, plots: str = "some") -> str:
     plot_dir = out_dir / "plots"
     plot_dir.mkdir(exist_ok=True)
     _learning_curves(results, plot_dir)
-    _drift_maps(results, out_dir, plot_dir)
+    _drift_maps(results, out_dir, plot_dir, beside)
     if plots != "none":
         chosen = {}
         for r in results:
@@ -133,22 +133,38 @@ def report(out_dir: Path, plots: str = "some") -> str:
     return table
 
 
-def _drift_maps(results: list[dict], out_dir: Path, plot_dir: Path) -> None:
+def _drift_maps(results: list[dict], out_dir: Path, plot_dir: Path, beside: Path | None = None) -> None:
     """``drift_map.md`` and ``plots/<task>_drift_map.png`` for every task run at several learning rates (drift
-    levels), with the real model's drift from ``OUT/drift_smollm2/drift.json`` marked when it is there."""
+    levels), with the real model's drift from ``OUT/drift_smollm2/drift.json`` marked when it is there; with
+    ``beside`` (another study's folder: the testbed's drift grid), for every task run at any drift level, with that
+    study's map drawn behind it."""
     import json
 
     from .drift import drift_map
 
-    tasks = sorted({r["spec"]["task"] for r in results
-                    if len({s["spec"].get("lr") for s in results if s["spec"]["task"] == r["spec"]["task"]}) > 1})
+    lrs = {}
+    for r in results:
+        lrs.setdefault(r["spec"]["task"], set()).add(r["spec"].get("lr"))
+    tasks = sorted(task for task, values in lrs.items() if len(values) > 1 or (beside and values != {None}))
     if not tasks:
         return
     measured = out_dir / "drift_smollm2" / "drift.json"
     reference = json.loads(measured.read_text()) if measured.exists() else None
+    behind = None
+    if beside is not None:
+        other = load_results(beside)
+        other_lrs = {}
+        for r in other:
+            other_lrs.setdefault(r["spec"]["task"], set()).add(r["spec"].get("lr"))
+        other_task = next((t for t, values in sorted(other_lrs.items()) if len(values) > 1), None)
+        if other_task is None:
+            raise UserError(f"--beside {beside}: no task there was run at several drift levels",
+                            "give the testbed's drift grid, e.g. study/drift")
+        behind = (f"testbed {other_task}", other, other_task)
     lines = ["## The drift map", ""]
     for task in tasks:
-        lines += [f"### {task}", "", *drift_map(results, task, reference, plot_dir / f"{task}_drift_map.png"), ""]
+        lines += [f"### {task}", "", *drift_map(results, task, reference, plot_dir / f"{task}_drift_map.png",
+                                                beside=behind), ""]
     (out_dir / "drift_map.md").write_text("\n".join(lines))
 
 
@@ -216,6 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("report")
     p.add_argument("--out", type=Path, default=Path("study"))
     p.add_argument("--plots", choices=("none", "some", "all"), default="some")
+    p.add_argument("--beside", type=Path, default=None,
+                   help="another study's folder whose drift map is drawn behind this one's (e.g. study/drift)")
     p = sub.add_parser("drift", help="measure a real model's off-policy drift per update index and bin")
     p.add_argument("--lrs", nargs="+", type=float, required=True, help="learning rates to measure")
     p.add_argument("--out", type=Path, default=Path("study/drift/drift_smollm2"))
@@ -266,7 +284,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "report":
         if not (args.out / "runs").is_dir():
             raise UserError(f"--out {args.out}: no runs", "give the folder that `acpo-study run --out` wrote")
-        print(report(args.out, args.plots))
+        if args.beside is not None and not (args.beside / "runs").is_dir():
+            raise UserError(f"--beside {args.beside}: no runs", "give the folder of another study, e.g. study/drift")
+        print(report(args.out, args.plots, args.beside))
         return 0
     if args.command == "drift":
         from .drift import measure

@@ -180,21 +180,18 @@ def run_drift(result: dict, k: int | None = None) -> float:
     return math.nan if value is None else value
 
 
-def drift_map(results: list[dict], task: str, reference: dict | None, out_png: Path, upr: int = 16) -> list[str]:
-    """Per variant and drift level of ``task`` (its groups: the task at each learning rate): the level's drift (the
-    median over its variants of their ``upr``-update runs' drift, :func:`run_drift`) and the variant's own, its final
-    accuracy at the smallest upr and at ``upr``, and the relative drop between them with its 95% bootstrap interval.
-    Writes the figure (drop and final accuracy against the level's drift, one line per variant; ``reference``'s drift
-    at each of its learning rates marked) and returns the Markdown table. Variants run at a single level are left
-    out. The map's axis is the level's drift, not each variant's: how far a method lets the policy move within a
-    rollout is one of its outcomes (CISPO does not clip the ratio it weights with), so it is a column, not the axis."""
+def drift_points(results: list[dict], task: str, upr: int = 16) -> list[tuple]:
+    """Per drift level of ``task`` (its groups: the task at each learning rate) and variant: (variant, lr, the
+    level's drift, the variant's own drift, final accuracy (mean, sd) at the smallest upr and at ``upr``, the drop,
+    its interval's ends, seeds). The level's drift is the median over its variants of their ``upr``-update runs'
+    drift (:func:`run_drift`)."""
     from .results import group_of
     from .table import summarize
 
     runs = [r for r in results if r["spec"]["task"] == task and r["spec"]["upr"] in (2, upr)]
     summary = summarize(runs)
-    levels = sorted({(r["spec"].get("lr", 5e-4), group_of(r)) for r in runs}, reverse=True)
-    rows, curves = [], {}
+    levels = sorted({(r["spec"].get("lr") or 5e-4, group_of(r)) for r in runs}, reverse=True)
+    points = []
     for lr, group in levels:
         data = summary[group]
         if upr not in data["uprs"] or len(data["uprs"]) < 2:
@@ -214,24 +211,50 @@ def drift_map(results: list[dict], task: str, reference: dict | None, out_png: P
             if variant not in own or not row["regimes"][upr]["n"] or not row["regimes"][near]["n"]:
                 continue
             drop, (lo, hi) = row["drop"][upr], row["drop_ci"][upr]
-            final_near, final_far = row["regimes"][near]["final"], row["regimes"][upr]["final"]
-            rows.append((variant, lr, level, own[variant], final_near, final_far, drop, lo, hi,
-                         row["regimes"][upr]["n"]))
-            curves.setdefault(variant, []).append((level, drop, lo, hi, final_far[0]))
-    # A variant run at one level only (the committed grid's other baselines) has no curve: its row is in table.md.
-    rows = [row for row in rows if len(curves[row[0]]) > 1]
-    curves = {variant: points for variant, points in curves.items() if len(points) > 1}
+            points.append((variant, lr, level, own[variant], row["regimes"][near]["final"],
+                           row["regimes"][upr]["final"], drop, lo, hi, row["regimes"][upr]["n"]))
+    return points
+
+
+def _curves(points: list[tuple]) -> dict[str, list[tuple]]:
+    curves: dict = {}
+    for variant, _, level, _, _, far, drop, lo, hi, _ in points:
+        curves.setdefault(variant, []).append((level, drop, lo, hi, far[0]))
+    return curves
+
+
+def drift_map(results: list[dict], task: str, reference: dict | None, out_png: Path, upr: int = 16,
+              beside: tuple[str, list[dict], str] | None = None) -> list[str]:
+    """Per variant and drift level of ``task`` (:func:`drift_points`): the level's drift and the variant's own, its
+    final accuracy at the smallest upr and at ``upr``, and the relative drop between them with its 95% bootstrap
+    interval. Writes the figure (drop and final accuracy against the level's drift, one line per variant;
+    ``reference``'s drift at each of its learning rates marked) and returns the Markdown table. Without ``beside``,
+    variants run at a single level are left out; ``beside`` = (label, results, task) draws another study's map
+    faintly behind this one's points (the testbed's drift map behind a real model's), so that the two can be read
+    at the same drift. The map's axis is the level's drift, not each variant's: how far a method lets the policy
+    move within a rollout is one of its outcomes (CISPO does not clip the ratio it weights with), so it is a column,
+    not the axis."""
+    points = drift_points(results, task, upr)
+    if beside is None:  # a variant run at one level only (the committed grid's other baselines) has no curve
+        several = {variant for variant, runs in _curves(points).items() if len(runs) > 1}
+        points = [p for p in points if p[0] in several]
     lines = [f"| variant | lr | level's drift | variant's drift | final acc, upr 2 | final acc, upr {upr} | "
              f"drop 2→{upr} [95% CI] | seeds |", "|---|---|---|---|---|---|---|---|"]
-    for variant, lr, level, drift, near, far, drop, lo, hi, n in sorted(rows, key=lambda r: (r[0], r[2])):
+    for variant, lr, level, drift, near, far, drop, lo, hi, n in sorted(points, key=lambda r: (r[0], r[2])):
         interval = "" if math.isnan(lo) else f" [{100 * lo:+.0f}, {100 * hi:+.0f}]"
         lines.append(f"| `{variant}` | {lr:g} | {level:.3f} | {drift:.3f} | {near[0]:.3f} ± {near[1]:.3f} | "
                      f"{far[0]:.3f} ± {far[1]:.3f} | {100 * drop:+.1f}%{interval} | {n} |")
-    _plot_drift_map(curves, reference, out_png, task, upr)
+    behind = None
+    if beside is not None:
+        label, other_results, other_task = beside
+        other = _curves(drift_points(other_results, other_task, upr))
+        behind = (label, {variant: runs for variant, runs in other.items() if len(runs) > 1})
+    _plot_drift_map(_curves(points), reference, out_png, task, upr, behind)
     return lines
 
 
-def _plot_drift_map(curves: dict, reference: dict | None, out_png: Path, task: str, upr: int) -> None:
+def _plot_drift_map(curves: dict, reference: dict | None, out_png: Path, task: str, upr: int,
+                    behind: tuple[str, dict] | None = None) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -242,17 +265,22 @@ def _plot_drift_map(curves: dict, reference: dict | None, out_png: Path, task: s
 
     fig, (ax_drop, ax_acc) = plt.subplots(1, 2, figsize=(13, 4.8))
     markers = "osD^vP*Xh"
-    for index, (variant, points) in enumerate(sorted(curves.items())):
-        points.sort()
-        # the variants of a level share its drift: spread them a little sideways (log axis) so their intervals show
-        x = [p[0] * 1.06 ** (index - (len(curves) - 1) / 2) for p in points]
-        y = [100 * p[1] for p in points]
-        err = [[100 * (p[1] - p[2]) if math.isfinite(p[2]) else 0 for p in points],
-               [100 * (p[3] - p[1]) if math.isfinite(p[3]) else 0 for p in points]]
-        style = dict(marker=markers[index % len(markers)], ms=5, lw=1.2, color=f"C{index}", label=variant,
-                     mfc="none")
-        ax_drop.errorbar(x, y, yerr=err, capsize=3, **style)
-        ax_acc.plot(x, [p[4] for p in points], **style)
+    variants = sorted(set(curves) | set(behind[1] if behind else {}))
+    layers = [(behind[1], f"{behind[0]}: ", dict(alpha=0.35, lw=0.9, ls="--", mfc="none"))] if behind else []
+    layers.append((curves, "", dict(lw=1.4, mfc="none" if not behind else None)))
+    for layer, prefix, look in layers:
+        for variant, points in sorted(layer.items()):
+            index = variants.index(variant)
+            points.sort()
+            # the variants of a level share its drift: spread them a little sideways (log axis) so their intervals show
+            x = [p[0] * 1.06 ** (index - (len(variants) - 1) / 2) for p in points]
+            y = [100 * p[1] for p in points]
+            err = [[100 * (p[1] - p[2]) if math.isfinite(p[2]) else 0 for p in points],
+                   [100 * (p[3] - p[1]) if math.isfinite(p[3]) else 0 for p in points]]
+            style = dict(marker=markers[index % len(markers)], ms=5, color=f"C{index}", label=prefix + variant,
+                         **{k: v for k, v in look.items() if v is not None})
+            ax_drop.errorbar(x, y, yerr=err, capsize=3, **style)
+            ax_acc.plot(x, [p[4] for p in points], **style)
     for ax in (ax_drop, ax_acc):
         if reference:
             for key, run in sorted(reference["runs"].items(), key=lambda kv: kv[1]["lr"]):
@@ -268,7 +296,8 @@ def _plot_drift_map(curves: dict, reference: dict | None, out_png: Path, task: s
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(f"drift level: bin-0 ratio std at the last of {upr} updates per rollout (median of the variants)")
     ax_drop.axhline(0, color="black", lw=0.6)
-    ax_drop.set(ylabel=f"relative drop of final accuracy, upr 2 → {upr} (%)", title=f"{task}: robustness to drift")
-    ax_acc.set(ylabel=f"final held-out accuracy at upr {upr}", title=f"{task}: accuracy off-policy")
+    title = f"{task}" + (f" (filled) and the {behind[0]} (dashed)" if behind else "")
+    ax_drop.set(ylabel=f"relative drop of final accuracy, upr 2 → {upr} (%)", title=f"{title}: robustness to drift")
+    ax_acc.set(ylabel=f"final held-out accuracy at upr {upr}", title=f"{title}: accuracy off-policy")
     ax_drop.legend(fontsize=7, loc="upper left")
     save_figure(plt, fig, str(out_png))
