@@ -350,17 +350,21 @@ class ACPOTrainer(GRPOTrainer):
         if not bins:
             return
         self._watch_lower_clip = False
+        if not self.accelerator.is_main_process:  # every rank saw the same reduced values: one line per run
+            return
         updates = self.args.steps_per_generation * self.num_iterations // self.args.gradient_accumulation_steps
         k = update_index(self._step, self.args.steps_per_generation, self.num_iterations,
                          self.args.gradient_accumulation_steps)
         eps = ", ".join(f"{values[f'acpo/bin{b}/eps']:.2f}" for b in bins)
+        c = self.args.dual_clip_c
+        bound = f"only the dual-clip (c = {c:g}) bounds" if c is not None else "nothing (dual_clip_c is None) bounds"
         logger.warning(
             "ACPO's lower clip is void: eps > 1 in probability bin(s) %s (eps %s) at update %d of %d of a rollout "
-            "(optimizer step %d), so 1 - eps < 0 and only the dual-clip bounds negative-advantage tokens there. "
+            "(optimizer step %d), so 1 - eps < 0 and %s negative-advantage tokens there. "
             "Where the ratio drifts this far, ACPO at alpha 3 degraded most on the testbed (docs/RESULTS.md, \"The "
             "drift map\"): fewer updates per rollout, a lower learning rate or acpo_clip_max < 1 (the authors' 0.5) "
             "keep it. Said once per run.",
-            ", ".join(map(str, bins)), eps, k + 1, updates, self.state.global_step + 1)
+            ", ".join(map(str, bins)), eps, k + 1, updates, self.state.global_step + 1, bound)
 
 
 class _Forward(NamedTuple):

@@ -147,8 +147,12 @@ def test_generation_with_the_prefix_cache_samples_the_same_tokens(tiny_model, do
     assert torch.equal(outputs[0], outputs[1])
 
 
-def test_training_run_with_shared_prefix_equals_trls_forward(tmp_path, tiny_dir, prefix_calls):
-    """Two optimizer updates per rollout on the toy task: the same losses, step by step, with and without it."""
+@pytest.mark.parametrize("lora", [False, True])
+def test_training_run_with_shared_prefix_equals_trls_forward(tmp_path, tiny_dir, prefix_calls, lora):
+    """Two optimizer updates per rollout on the toy task: the same losses, step by step, with and without it (and
+    through a LoRA adapter: the prefix runs through the PEFT model)."""
+    from peft import LoraConfig
+
     from acpo_trl import ACPOConfig, ACPOTrainer
     from acpo_trl.toy import build_tokenizer, toy_dataset, toy_reward
 
@@ -156,8 +160,9 @@ def test_training_run_with_shared_prefix_equals_trls_forward(tmp_path, tiny_dir,
     for shared in (False, True):
         args = ACPOConfig(**trainer_kwargs(tmp_path / str(shared), steps_per_generation=2, max_steps=4,
                                            gradient_checkpointing=False, share_prompt_prefix=shared))
+        peft = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]) if lora else None
         trainer = ACPOTrainer(tiny_dir, toy_reward, args=args, train_dataset=toy_dataset(32),
-                              processing_class=build_tokenizer())
+                              processing_class=build_tokenizer(), peft_config=peft)
         trainer.train()
         losses.append([e["policy_loss"] for e in trainer.state.log_history if "policy_loss" in e])
     assert len(losses[0]) == 4 and prefix_calls  # the toy prompts share their chat template's opening
