@@ -16,6 +16,7 @@ import json
 import os
 import time
 import warnings
+from pathlib import Path
 
 from .cli_errors import MissingPackageError, UserError, cli_main, parse_config, user_input
 from .host_memory import cap_mmap_threshold
@@ -68,7 +69,7 @@ def shared_evaluation(path: str | None, evaluate, accelerator) -> dict:
 
     if path is None:
         return evaluate()
-    stored = [json.loads(open(path).read()) if accelerator.is_main_process and os.path.exists(path) else None]
+    stored = [json.loads(Path(path).read_text()) if accelerator.is_main_process and os.path.exists(path) else None]
     if accelerator.num_processes > 1:
         broadcast_object_list(stored)
     if stored[0] is not None:
