@@ -7,7 +7,10 @@ of one rollout, changing only what a CPU forces:
 - the sizes: num_generations, the micro-batch, the lengths, and gradient_accumulation_steps / steps_per_generation
   divided by the same factor, so that the updates per rollout (and so the regime) stay the recipe's;
 - the data: the task's sample in ``../shared/data`` (sliced to a few short prompts);
-- vLLM and bf16 off (``use_cpu``), two steps, a temporary output_dir, no checkpoints, no progress bar.
+- vLLM and bf16 off (``use_cpu``), two steps, a temporary output_dir, no checkpoints, no progress bar;
+- the reward: a random tiny model earns none, and a group of equal rewards has zero advantage, so zero gradient and
+  a vacuous update. Each of the recipe's reward functions runs as written (its scores are checked), and the test adds
+  a tie-breaker below 1e-3 from a hash of each completion, so that every update has a gradient.
 
 Every other field runs as written (policy loss and its fields, loss_type, dual-clip, templates, rewards,
 scale_rewards, dtype, learning rate, ...): the test compares the parsed configuration with the recipe's.
@@ -16,6 +19,7 @@ scale_rewards, dtype, learning rate, ...): the test compares the parsed configur
 from __future__ import annotations
 
 import glob
+import hashlib
 import json
 import math
 import os
@@ -157,6 +161,20 @@ def toy_size_overrides(path: Path, recipe: dict, models: dict, samples: dict, ou
     return overrides
 
 
+def with_tie_breaker(func, scores: list):
+    """``func`` (a TRL reward callable) plus below 1e-3 from a hash of each completion; ``func``'s own scores are
+    appended to ``scores``."""
+
+    def reward(prompts, completions, **columns):
+        own = func(prompts, completions, **columns)
+        scores.extend(own)
+        tie = [int(hashlib.sha256(repr(c).encode()).hexdigest()[:8], 16) / 16**8 * 1e-3 for c in completions]
+        return [None if s is None else s + t for s, t in zip(own, tie)]
+
+    reward.__name__ = getattr(func, "__name__", type(func).__name__)
+    return reward
+
+
 def fields(parsed) -> dict:
     script_args, training_args, model_args = parsed
     out = {}
@@ -168,6 +186,7 @@ def fields(parsed) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("path", RECIPES, ids=recipe_id)
 def test_recipe_trains_at_toy_size(path, tiny_models, samples, tmp_path, monkeypatch):
+    from acpo_trl import tasks
     from acpo_trl.train import check_inputs, run
     from acpo_trl.trainer import ACPOTrainer
 
@@ -192,6 +211,15 @@ def test_recipe_trains_at_toy_size(path, tiny_models, samples, tmp_path, monkeyp
         return output
 
     monkeypatch.setattr(ACPOTrainer, "_generate_and_score_completions", recorded)
+    scores: list = []
+    build_task = tasks.build_task
+
+    def build_tie_broken_task(*args, **kwargs):
+        task = build_task(*args, **kwargs)
+        task.reward_funcs = [with_tie_breaker(f, scores) for f in task.reward_funcs]
+        return task
+
+    monkeypatch.setattr(tasks, "build_task", build_tie_broken_task)
     check_inputs(training_args, model_args)
     trainer = run(script_args, training_args, model_args)
 
@@ -201,7 +229,10 @@ def test_recipe_trains_at_toy_size(path, tiny_models, samples, tmp_path, monkeyp
     assert rollouts == [True]
     logged = [e for e in trainer.state.log_history if "policy_loss" in e]
     assert [e["step"] for e in logged] == list(range(1, STEPS + 1))
+    # The recipe's rewards scored every completion of the rollout (a float, or None where a reward does not apply).
+    assert len(scores) >= NUM_GENERATIONS and all(s is None or math.isfinite(s) for s in scores)
     for entry in logged:
         assert math.isfinite(entry["loss"]) and math.isfinite(entry["policy_loss"]), entry
+        assert entry["grad_norm"] > 0, entry  # a real update, not a zero-advantage no-op
         if training_args.policy_loss in ("acpo", "acpo_log"):  # the method's own clip ranges, per bin
             assert any(key.startswith("acpo/bin") and value is not None for key, value in entry.items()), entry

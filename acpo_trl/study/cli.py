@@ -9,7 +9,7 @@
                                          ACPO (paper, authors' defaults), acpo_log, DAPO, CISPO x upr 2/16 x 8
                                          seeds (`--levels between`: one level)
     acpo-study run --real-model          the real-model grid, into study/smollm2/: SmolLM2-135M-Instruct (offline) on
-                                         the demo's addition task x 2 drift levels (lr 2e-5, 5e-6) x ACPO (paper,
+                                         the demo's addition task x 2 drift levels (lr 2e-5, 1e-6) x ACPO (paper,
                                          authors' defaults), DAPO, CISPO x upr 2/16 at 64 completions per rollout x
                                          8 seeds, level a first (`--levels a`: one level)
     acpo-study plan [--quick|--pilot|--drift|--real-model]
@@ -129,7 +129,8 @@ def report(out_dir: Path, plots: str = "some", beside: Path | None = None) -> st
             name = re.sub(r"[^\w.@-]+", "_", name)  # acpo(alpha=1, clip=[...]) -> acpo_alpha1_clip_...
             title = f"{task} {variant} upr {upr} seed {r['spec']['seed']}"
             plot_bins_vs_k(entries, str(plot_dir / f"{name}_bins.png"), title)
-            plot_gradient_diagnostics(entries, str(plot_dir / f"{name}_grad.png"), title)
+            if any(k.startswith("grad/") for e in entries for k in e):  # the real-model grid logs none
+                plot_gradient_diagnostics(entries, str(plot_dir / f"{name}_grad.png"), title)
     return table
 
 

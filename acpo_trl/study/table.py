@@ -240,7 +240,8 @@ def diagnostics_table(results: list[dict]) -> list[str]:
                  for s in ("pos", "neg")]
         lines.append(f"| {task} | `{variant}` | {upr} | {eps} | {rule} | {clip(pos)} | {clip(neg)} | "
                      f"{pct(by_bin(runs, neg, 0, largest))} | {std} | "
-                     f"{'–' if math.isnan(angle) else f'{angle:.1f}°'} | {share[0]:.2f} / {share[1]:.2f} |")
+                     f"{'–' if math.isnan(angle) else f'{angle:.1f}°'} | "
+                     f"{'–' if all(map(math.isnan, share)) else f'{share[0]:.2f} / {share[1]:.2f}'} |")
     return lines + [""]
 
 
@@ -276,7 +277,8 @@ def testbeds_table(results: list[dict]) -> list[str]:
     mean step-0 held-out accuracy; where a group holds several, each variant's drop on each warm-up alone."""
     cells: dict = defaultdict(list)
     for r in results:
-        cells[(group_of(r), r.get("warmup_digest") or "not recorded")].append(r)
+        cells[(group_of(r), r.get("warmup_digest") or ("none (a recipe's model)" if r["spec"].get("recipe")
+                                                        else "not recorded"))].append(r)
     lines = ["## Testbeds (the warm-up each run started from)", "",
              "| task | warm-up | seeds | runs | step-0 sampled accuracy |", "|---|---|---|---|---|"]
     for (task, digest), runs in sorted(cells.items()):
