@@ -127,10 +127,11 @@ REAL_MODEL_VARIANTS = (
 )
 
 
-# Wall seconds of the real-model grid's parts with two runs side by side (2 cores, one thread each), measured by the
-# pilots (docs/RESULTS.md, "On a real model"): a rollout with its updates, per regime; one evaluation of the held-out
-# set (100 problems x 4 samples); a run's start and end (imports, model load, plots).
-REAL_MODEL_SECONDS = {"rollout": {2: 36.0, 16: 47.0}, "eval": 35.0, "start": 25.0}
+# Wall seconds of the real-model grid's parts with two runs side by side (2 cores, one thread each): a rollout with
+# its updates, per regime; one evaluation of the held-out set (100 problems x 4 samples); a run's start and end
+# (imports, model load, plots). Fitted to level a's seed-1 runs (upr 2: 284-314 s; upr 16: 556-580 s, collapsed runs
+# whose completions run to the length limit) with nothing else running.
+REAL_MODEL_SECONDS = {"rollout": {2: 26.0, 16: 58.0}, "eval": 35.0, "start": 25.0}
 
 
 def estimate_real_model_seconds(specs: list[RecipeRunSpec], jobs: int = 2) -> float:
