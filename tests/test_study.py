@@ -321,8 +321,8 @@ def test_drift_command_measures_ratio_dispersion_per_update_and_bin(tmp_path, ti
 def test_drift_map_places_each_variant_at_its_levels_measured_drift(tmp_path):
     """Per variant and level: the level's measured drift (median over its variants of the bin-0 ratio std at the last
     update of the upr-16 runs) and the variant's own, the final accuracies, the drop with its interval; the real
-    model's measured drift marked on the figure."""
-    from acpo_trl.study.drift import drift_map
+    model's measured drift marked on the figure; each level's drift measures."""
+    from acpo_trl.study.drift import drift_map, level_drift_table
 
     def result(variant, lr, upr, seed, acc, drift):
         group = "add2" if lr == 5e-4 else f"add2@lr{lr:g}"
@@ -355,6 +355,12 @@ def test_drift_map_places_each_variant_at_its_levels_measured_drift(tmp_path):
     lines = drift_map(real, "real", None, tmp_path / "real.png", beside=("testbed add2", results, "add2"))
     assert len(lines) == 3 and lines[2].startswith("| `acpo` | 2e-05 | 0.400 |") and "+50.0%" in lines[2]
     assert (tmp_path / "real.png").stat().st_size > 1000
+    # each level's drift measures: ACPO's eps where the runs tracked their largest value, "not logged" where not
+    for seed, r in enumerate(r for r in real if r["spec"]["upr"] == 16):
+        r["diagnostics"]["bins"]["acpo_eps"] = {"15,0": 0.7, "3,2": 0.9 - 0.1 * seed}
+        r["diagnostics"]["bins_max"] = {"acpo_eps": {"15,0": 0.8 + 0.3 * seed}}
+    assert level_drift_table(real, "real")[2] == "| 2e-05 | 0.400 (0.400-0.400) | 1.40 | 0.90 | 2 of 3 |"
+    assert level_drift_table(results, "add2")[2] == "| 0.0005 | 0.500 (0.300-0.600) | not logged | – | not logged |"
 
 
 def test_drift_grid_extends_the_committed_grid_in_whole_blocks(capsys):

@@ -141,7 +141,7 @@ def _drift_maps(results: list[dict], out_dir: Path, plot_dir: Path, beside: Path
     study's map drawn behind it."""
     import json
 
-    from .drift import drift_map
+    from .drift import drift_map, level_drift_table
 
     lrs = {}
     for r in results:
@@ -165,7 +165,9 @@ def _drift_maps(results: list[dict], out_dir: Path, plot_dir: Path, beside: Path
     lines = ["## The drift map", ""]
     for task in tasks:
         lines += [f"### {task}", "", *drift_map(results, task, reference, plot_dir / f"{task}_drift_map.png",
-                                                beside=behind), ""]
+                                                beside=behind), "", "Each level's drift, measured by the grid's own "
+                  "runs at 16 updates per rollout (k: the update index within a rollout, 0..15):", "",
+                  *level_drift_table(results, task), ""]
     (out_dir / "drift_map.md").write_text("\n".join(lines))
 
 
