@@ -246,9 +246,10 @@ def diagnostics_table(results: list[dict]) -> list[str]:
 
 
 def identical_runs_table(results: list[dict]) -> list[str]:
-    """Per group and regime, the seeds whose runs of every variant are bit-identical (the same held-out evaluations
-    and rollout rewards at every step): where nothing clips, the variants make the same updates, and they cannot
-    differ by construction."""
+    """Per group and regime, the seeds whose runs of every variant have the same outcome: the same held-out
+    evaluations and rollout rewards at every step. Where nothing clips, the variants make the same updates and cannot
+    differ by construction; the weights may still differ by rounding (another loss path) or by a few clipped tokens
+    too small to change a sampled completion, so this is identity of outcome, not of weights."""
     blocks: dict = defaultdict(list)
     for r in results:
         if "evals" in r:
@@ -263,8 +264,10 @@ def identical_runs_table(results: list[dict]) -> list[str]:
         row[2] += len(set(runs)) < len(runs)
     if not rows:
         return []
-    lines = ["## Identical runs", "", "Seeds whose runs are bit-identical across variants (same evaluations and rollout "
-             "rewards), per group and regime: where no method's clip binds, the variants make the same updates.", "",
+    lines = ["## Identical runs", "", "Seeds whose runs have the same outcome across variants (the same evaluations and "
+             "rollout rewards at every step), per group and regime: where no method's clip binds, the variants make the "
+             "same updates. Same outcome, not same weights: a loss path that rounds differently, or a few clipped tokens, "
+             "can change the weights without changing a sampled completion.", "",
              "| task | upr | seeds | all variants identical | some variants identical |", "|---|---|---|---|---|"]
     for (group, upr), (seeds, every, some) in sorted(rows.items()):
         lines.append(f"| {group} | {upr} | {seeds} | {every} | {some} |")
