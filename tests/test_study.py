@@ -61,6 +61,23 @@ def test_table_means_drops_ranks_and_collapses():
     assert "| add1 | `dapo` | 0123456789ab: +0.0% (1) · not recorded: +100.0% (1) |" in text
 
 
+def test_variants_paired_by_seed():
+    from acpo_trl.study.table import difference_interval, summarize, variant_pairs_table
+
+    # acpo beats dapo by 5 points on every seed while the seeds' own levels spread by 30: pairing by seed gives a
+    # tight interval around +5 (unpaired resampling would span about +-15)
+    acpo, dapo = {0: 0.55, 1: 0.35, 2: 0.65, 3: 0.45}, {0: 0.50, 1: 0.30, 2: 0.60, 3: 0.40}
+    assert difference_interval(acpo, dapo) == pytest.approx((0.05, 0.05))
+    lo, hi = difference_interval(acpo, {**dapo, 1: 0.40})
+    assert lo < 0.0 < 0.025 < hi  # one seed where they tie at 0.35 vs 0.40 widens it to hold 0 and its mean
+    assert all(x != x for x in difference_interval({0: 0.5}, {0: 0.4, 1: 0.3}))  # one common seed: nan
+    results = [_result("add1", "acpo", upr, s, acc + (upr == 16) * 0.1) for s, acc in acpo.items() for upr in (2, 16)]
+    results += [_result("add1", "dapo", upr, s, acc) for s, acc in dapo.items() for upr in (2, 16)]
+    text = "\n".join(variant_pairs_table(summarize(results)))
+    assert "| add1 | 2 | `acpo` - `dapo` | +5.0 [+5.0, +5.0] | 4 |" in text
+    assert "| add1 | 16 | `acpo` - `dapo` | +15.0 [+15.0, +15.0] | 4 |" in text
+
+
 def test_drop_interval_and_the_across_tasks_summary():
     from acpo_trl.study.table import drop_interval, summarize, write_table
 

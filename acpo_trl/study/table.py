@@ -90,24 +90,67 @@ def paired_drop(near: dict[int, float], far: dict[int, float]) -> float:
     return _relative_drop([near[s] for s in seeds], [far[s] for s in seeds]) if seeds else math.nan
 
 
+def _paired_interval(a: dict[int, float], b: dict[int, float], statistic, resamples: int = 2000,
+                     seed: int = 0) -> tuple[float, float]:
+    """95% percentile-bootstrap interval of ``statistic(a_values, b_values)`` over the seeds both dicts hold: the
+    seeds are resampled with replacement, each drawn seed bringing its pair of runs (a fixed bootstrap seed)."""
+    seeds = sorted(a.keys() & b.keys())
+    if len(seeds) < 2:
+        return math.nan, math.nan
+    rng = random.Random(seed)
+    values = []
+    for _ in range(resamples):
+        drawn = rng.choices(seeds, k=len(seeds))
+        value = statistic([a[s] for s in drawn], [b[s] for s in drawn])
+        if math.isfinite(value):
+            values.append(value)
+    values.sort()
+    if not values:
+        return math.nan, math.nan
+    return values[int(0.025 * (len(values) - 1))], values[int(0.975 * (len(values) - 1))]
+
+
 def drop_interval(near: dict[int, float], far: dict[int, float], resamples: int = 2000,
                   seed: int = 0) -> tuple[float, float]:
     """95% percentile-bootstrap interval of :func:`paired_drop`: the seeds both regimes ran are resampled with
     replacement, each drawn seed bringing its pair of runs (deterministic: a fixed bootstrap seed)."""
-    seeds = sorted(near.keys() & far.keys())
-    if len(seeds) < 2:
-        return math.nan, math.nan
-    rng = random.Random(seed)
-    drops = []
-    for _ in range(resamples):
-        drawn = rng.choices(seeds, k=len(seeds))
-        drop = _relative_drop([near[s] for s in drawn], [far[s] for s in drawn])
-        if math.isfinite(drop):
-            drops.append(drop)
-    drops.sort()
-    if not drops:
-        return math.nan, math.nan
-    return drops[int(0.025 * (len(drops) - 1))], drops[int(0.975 * (len(drops) - 1))]
+    return _paired_interval(near, far, _relative_drop, resamples, seed)
+
+
+def _mean_difference(a: list[float], b: list[float]) -> float:
+    return sum(x - y for x, y in zip(a, b)) / len(a)
+
+
+def difference_interval(a: dict[int, float], b: dict[int, float], resamples: int = 2000,
+                        seed: int = 0) -> tuple[float, float]:
+    """95% bootstrap interval of the mean difference a - b of the final accuracy of two variants in one regime,
+    paired by seed (a seed's runs of every variant start from the same model and see the same prompts)."""
+    return _paired_interval(a, b, _mean_difference, resamples, seed)
+
+
+def variant_pairs_table(summary: dict) -> list[str]:
+    """Per task and regime, every pair of variants: the mean difference of their final accuracy over the seeds
+    both ran, in points, with its seed-paired 95% bootstrap interval."""
+    lines = ["## Variants paired by seed", "",
+             "Final sampled accuracy of the first variant minus the second's, in points (mean over the seeds both ran, "
+             "each seed's two runs from the same model on the same prompts), with a 95% bootstrap interval "
+             "resampling seeds with their pair of runs.", "",
+             "| task | upr | first - second | difference [95% CI] | seeds |", "|---|---|---|---|---|"]
+    for task, data in summary.items():
+        variants = sorted(data["rows"])
+        for upr in data["uprs"]:
+            for i, first in enumerate(variants):
+                for second in variants[i + 1:]:
+                    a = data["rows"][first]["regimes"][upr]["by_seed"]
+                    b = data["rows"][second]["regimes"][upr]["by_seed"]
+                    seeds = sorted(a.keys() & b.keys())
+                    if not seeds:
+                        continue
+                    diff = _mean_difference([a[s] for s in seeds], [b[s] for s in seeds])
+                    lo, hi = difference_interval(a, b)
+                    ci = "" if math.isnan(lo) else f" [{100 * lo:+.1f}, {100 * hi:+.1f}]"
+                    lines.append(f"| {task} | {upr} | `{first}` - `{second}` | {100 * diff:+.1f}{ci} | {len(seeds)} |")
+    return lines + [""]
 
 
 def overall_table(summary: dict) -> list[str]:
@@ -326,6 +369,7 @@ def write_table(results: list[dict], path: str | Path | None = None) -> str:
         lines += ["## Without the collapsed runs", ""]
         for task, data in summarize(results, exclude_collapsed=True).items():
             lines += _task_table(task, data, with_collapse=False)
+    lines += variant_pairs_table(everything)
     lines += diagnostics_table(results)
     lines += identical_runs_table(results)
     lines += testbeds_table(results)
