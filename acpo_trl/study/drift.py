@@ -220,12 +220,14 @@ def level_drift_table(results: list[dict], task: str, upr: int = 16) -> list[str
     """Per drift level of ``task``, its two drift measures from the grid's own ``upr``-update runs: the bin-0 ratio
     std at the last update of a rollout (:func:`run_drift`; median and range over the variants' means) and ACPO alpha
     3's eps (variant ``acpo``): the largest of one logged update (any k, bin, rollout, seed) and the largest run mean
-    at one (k, bin), with how many of its runs logged an eps > 1."""
+    at one (k, bin), with how many of its runs logged an eps > 1 and, per run, how many of its (k, bin) cells did in
+    at least one update (the range over runs)."""
     from .results import group_of
 
     runs = [r for r in results if r["spec"]["task"] == task and r["spec"]["upr"] == upr]
     lines = [f"| lr | bin-0 ratio std at k = {upr - 1}, median (variants' range) | ACPO alpha 3: largest eps of one "
-             "update | largest run-mean eps at one (k, bin) | ACPO runs with an eps > 1 |", "|---|---|---|---|---|"]
+             "update | largest run-mean eps at one (k, bin) | ACPO runs with an eps > 1 | (k, bin) cells with an eps > 1 "
+             "in some update, per run |", "|---|---|---|---|---|---|"]
     for lr, group in sorted({(r["spec"].get("lr") or 5e-4, group_of(r)) for r in runs}, reverse=True):
         level = [r for r in runs if group_of(r) == group]
         own = {}
@@ -235,12 +237,15 @@ def level_drift_table(results: list[dict], task: str, upr: int = 16) -> list[str
         means = [sum(v) / len(v) for v in own.values()]
         acpo = [r["diagnostics"] for r in level if r["variant"] == "acpo" and r.get("diagnostics")]
         # bins_max holds acpo_eps only for runs made since it was tracked (not the testbed's drift grid)
-        largest = [max(d["bins_max"]["acpo_eps"].values()) for d in acpo if d.get("bins_max", {}).get("acpo_eps")]
+        cells = [d["bins_max"]["acpo_eps"] for d in acpo if d.get("bins_max", {}).get("acpo_eps")]
+        largest = [max(c.values()) for c in cells]
+        over = [sum(x > 1 for x in c.values()) for c in cells]
         run_mean = [max(d["bins"]["acpo_eps"].values()) for d in acpo if d["bins"].get("acpo_eps")]
         drift = (f"{statistics.median(means):.3f} ({min(means):.3f}-{max(means):.3f})" if means else "–")
         lines.append(f"| {lr:g} | {drift} | {f'{max(largest):.2f}' if largest else 'not logged'} | "
                      f"{f'{max(run_mean):.2f}' if run_mean else '–'} | "
-                     f"{f'{sum(x > 1 for x in largest)} of {len(largest)}' if largest else 'not logged'} |")
+                     f"{f'{sum(x > 1 for x in largest)} of {len(largest)}' if largest else 'not logged'} | "
+                     f"{f'{min(over)}-{max(over)} of {len(cells[0])}' if cells else 'not logged'} |")
     return lines
 
 
