@@ -69,7 +69,7 @@ def test_variants_paired_by_seed():
     acpo, dapo = {0: 0.55, 1: 0.35, 2: 0.65, 3: 0.45}, {0: 0.50, 1: 0.30, 2: 0.60, 3: 0.40}
     assert difference_interval(acpo, dapo) == pytest.approx((0.05, 0.05))
     lo, hi = difference_interval(acpo, {**dapo, 1: 0.40})
-    assert lo < 0.0 < 0.025 < hi  # one seed where they tie at 0.35 vs 0.40 widens it to hold 0 and its mean
+    assert lo < 0.0 < 0.025 < hi  # one seed where dapo leads (0.35 vs 0.40) widens it to hold 0 and the mean
     assert all(x != x for x in difference_interval({0: 0.5}, {0: 0.4, 1: 0.3}))  # one common seed: nan
     results = [_result("add1", "acpo", upr, s, acc + (upr == 16) * 0.1) for s, acc in acpo.items() for upr in (2, 16)]
     results += [_result("add1", "dapo", upr, s, acc) for s, acc in dapo.items() for upr in (2, 16)]
