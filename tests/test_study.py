@@ -74,8 +74,12 @@ def test_variants_paired_by_seed():
     results = [_result("add1", "acpo", upr, s, acc + (upr == 16) * 0.1) for s, acc in acpo.items() for upr in (2, 16)]
     results += [_result("add1", "dapo", upr, s, acc) for s, acc in dapo.items() for upr in (2, 16)]
     text = "\n".join(variant_pairs_table(summarize(results)))
-    assert "| add1 | 2 | `acpo` - `dapo` | +5.0 [+5.0, +5.0] | 4 |" in text
-    assert "| add1 | 16 | `acpo` - `dapo` | +15.0 [+15.0, +15.0] | 4 |" in text
+    assert "| add1 | 2 | `acpo` - `dapo` | +5.0 [+5.0, +5.0] | 4 | 5.0, 5.0, 5.0, 5.0 |" in text
+    assert "| add1 | 16 | `acpo` - `dapo` | +15.0 [+15.0, +15.0] | 4 | 15.0, 15.0, 15.0, 15.0 |" in text
+    results = [r for r in results if not (r["variant"] == "dapo" and r["spec"]["seed"] == 1)]
+    results += [_result("add1", "dapo", upr, 1, 0.40) for upr in (2, 16)]
+    text = "\n".join(variant_pairs_table(summarize(results)))
+    assert "| `acpo` - `dapo` | +2.5 [" in text and "| 4 | 5.0, -5.0, 5.0, 5.0 |" in text  # in seed order
 
 
 def test_drop_interval_and_the_across_tasks_summary():

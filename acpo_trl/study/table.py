@@ -130,12 +130,12 @@ def difference_interval(a: dict[int, float], b: dict[int, float], resamples: int
 
 def variant_pairs_table(summary: dict) -> list[str]:
     """Per task and regime, every pair of variants: the mean difference of their final accuracy over the seeds
-    both ran, in points, with its seed-paired 95% bootstrap interval."""
+    both ran, in points, with its seed-paired 95% bootstrap interval and each seed's own difference."""
     lines = ["## Variants paired by seed", "",
              "Final sampled accuracy of the first variant minus the second's, in points (mean over the seeds both ran, "
              "each seed's two runs from the same model on the same prompts), with a 95% bootstrap interval "
-             "resampling seeds with their pair of runs.", "",
-             "| task | upr | first - second | difference [95% CI] | seeds |", "|---|---|---|---|---|"]
+             "resampling seeds with their pair of runs, and the difference of each seed in seed order.", "",
+             "| task | upr | first - second | difference [95% CI] | seeds | per seed |", "|---|---|---|---|---|---|"]
     for task, data in summary.items():
         variants = sorted(data["rows"])
         for upr in data["uprs"]:
@@ -146,10 +146,11 @@ def variant_pairs_table(summary: dict) -> list[str]:
                     seeds = sorted(a.keys() & b.keys())
                     if not seeds:
                         continue
-                    diff = _mean_difference([a[s] for s in seeds], [b[s] for s in seeds])
+                    per_seed = [a[s] - b[s] for s in seeds]
                     lo, hi = difference_interval(a, b)
                     ci = "" if math.isnan(lo) else f" [{100 * lo:+.1f}, {100 * hi:+.1f}]"
-                    lines.append(f"| {task} | {upr} | `{first}` - `{second}` | {100 * diff:+.1f}{ci} | {len(seeds)} |")
+                    lines.append(f"| {task} | {upr} | `{first}` - `{second}` | {100 * sum(per_seed) / len(seeds):+.1f}"
+                                 f"{ci} | {len(seeds)} | {', '.join(f'{100 * d:.1f}' for d in per_seed)} |")
     return lines + [""]
 
 
