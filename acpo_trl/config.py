@@ -61,6 +61,10 @@ class ACPOConfig(GRPOConfig):
             depend on micro-batch size and GPU count). `"global"`: per-bin count, sum and sum of squared
             deviations are all-reduced over processes, so every rank uses the same ranges whatever the sharding.
 
+        bin_clip_ranges (`list[float]` or `None`, *optional*, defaults to `None`):
+            `policy_loss="bin_clip"`: a fixed clip range eps_b per bin of the current token probability (K =
+            its length, equal-width bins on [0, 1] as ACPO's): ACPO's bins without its adaptation.
+
         > Baselines (see `acpo_trl/losses/` and the README's method table)
 
         dapo_clip_low (`float`, *optional*, defaults to `0.2`), dapo_clip_high (`float`, *optional*, defaults to `0.3`):
@@ -103,6 +107,10 @@ class ACPOConfig(GRPOConfig):
             on-policy surrogate's, and per-bin gradient shares (0: off).
         diagnostics_grad_params (`list[str]`, *optional*):
             Regular expressions restricting the gradient diagnostics to some parameters (empty: all).
+        diagnostics_num_bins (`int` or `None`, *optional*, defaults to `None`):
+            Probability bins of the diagnostics. `None`: the method's own (`acpo_num_bins`, or the length of
+            `bin_clip_ranges`). Another K bins the clip fractions at K and reports the ranges ACPO's ratio rule
+            would set there (e.g. 5 for a run with `acpo_num_bins: 1`, to compare its clipping per bin).
 
         > Speed
 
@@ -128,6 +136,9 @@ class ACPOConfig(GRPOConfig):
     acpo_stats_scope: str = field(
         default="local",
         metadata={"help": "'local' (per micro-batch, as the authors) or 'global' (all-reduced over processes)."},
+    )
+    bin_clip_ranges: list[float] | None = field(
+        default=None, metadata={"help": "bin_clip: a fixed clip range per current-probability bin (K = its length)."}
     )
     dapo_clip_low: float = field(default=0.2, metadata={"help": "dapo: clip range low side (1 - low)."})
     dapo_clip_high: float = field(default=0.3, metadata={"help": "dapo: clip range high side (1 + high); DAPO paper 0.28."})
@@ -159,6 +170,9 @@ class ACPOConfig(GRPOConfig):
     diagnostics_grad_params: list[str] = field(
         default_factory=list,
         metadata={"help": "Regular expressions of the parameters of the gradient diagnostics (empty: all)."},
+    )
+    diagnostics_num_bins: int | None = field(
+        default=None, metadata={"help": "Probability bins of the diagnostics (default: the method's own)."}
     )
     share_prompt_prefix: bool = field(
         default=False,
@@ -225,6 +239,10 @@ class ACPOConfig(GRPOConfig):
                  "checkpointing turns off: set gradient_checkpointing: false (or share_prompt_prefix: false).")
         if self.diagnostics_grad_every < 0:
             fail("diagnostics_grad_every", "must be >= 0 (0 turns the gradient diagnostics off).")
+        if self.diagnostics_num_bins is not None and (isinstance(self.diagnostics_num_bins, bool)
+                                                      or not isinstance(self.diagnostics_num_bins, int)
+                                                      or self.diagnostics_num_bins < 1):
+            fail("diagnostics_num_bins", "must be an integer >= 1, or None for the method's own bins.")
         if method is None:
             if self.diagnostics or self.diagnostics_grad_every:
                 fail("diagnostics", "the diagnostics read a registry method's tensors; TRL's own objective "

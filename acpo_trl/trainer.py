@@ -83,8 +83,9 @@ class ACPOTrainer(GRPOTrainer):
         self.method_needs = self.method.needs_for(args) if self.method is not None else frozenset()
         self.policy_loss_fn = self.method  # the diagnostics wrap it
         # ACPO's ratio rule can open eps past 1, where its lower clip vanishes: say so once (_say_if_lower_clip_void)
-        self._watch_lower_clip = (self.method is not None and self.method.bin_statistic_for(args) == "ratio"
-                                  and args.acpo_clip_max > 1)
+        rule = self.method.bin_rule_for(args) if self.method is not None else None
+        self._watch_lower_clip = rule is not None and rule.statistic == "ratio" and rule.eps_max > 1
+        self._num_bins = rule.num_bins if rule is not None else args.acpo_num_bins
         if args.share_prompt_prefix:
             from peft import PeftModel
 
@@ -346,7 +347,7 @@ class ACPOTrainer(GRPOTrainer):
     def _say_if_lower_clip_void(self, values: dict[str, float]) -> None:
         """Once per run, the first time ACPO's eps passes 1 in a bin (its lower clip 1 - eps is then below 0 and
         bounds nothing), one log line: which bins, from which update of a rollout, and where to read what it means."""
-        bins = [b for b in range(self.args.acpo_num_bins) if values.get(f"acpo/bin{b}/eps", 0.0) > 1.0]
+        bins = [b for b in range(self._num_bins) if values.get(f"acpo/bin{b}/eps", 0.0) > 1.0]
         if not bins:
             return
         self._watch_lower_clip = False

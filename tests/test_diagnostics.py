@@ -190,8 +190,9 @@ def test_plots_from_logged_entries(tmp_path):
 
 
 def test_the_diagnostics_report_each_bin_clip_methods_own_ranges(tmp_path):
-    """acpo and acpo_log report their own rule's eps (ratio / log-ratio), the other methods ACPO's; the rule is
-    logged with the diagnostics and recorded in a run's summary."""
+    """acpo, acpo_log and bin_clip report their own rule's eps (ratio / log-ratio / frozen), the other methods
+    ACPO's; diagnostics_num_bins other than the method's K bins at that K with ACPO's rule (not the method's own);
+    the rule is logged with the diagnostics and recorded in a run's summary."""
     from conftest import trainer_kwargs
 
     from acpo_trl import ACPOConfig
@@ -201,10 +202,16 @@ def test_the_diagnostics_report_each_bin_clip_methods_own_ranges(tmp_path):
     def rule(**fields):
         return diagnostics_rule(ACPOConfig(**trainer_kwargs(tmp_path, steps_per_generation=2, **fields)))
 
-    assert rule(policy_loss="acpo", acpo_alpha=1.0).statistic == "ratio" and rule(acpo_alpha=1.0).alpha == 1.0
-    assert rule(policy_loss="acpo_log").statistic == "logratio"
-    assert rule(policy_loss="dapo").statistic == "ratio"  # what ACPO would set
-    assert rule(policy_loss="dlogp_reweight", reweight_base_loss="acpo_log").statistic == "logratio"
+    own, is_own = rule(policy_loss="acpo", acpo_alpha=1.0)
+    assert own.statistic == "ratio" and own.alpha == 1.0 and is_own
+    assert rule(policy_loss="acpo_log")[0].statistic == "logratio"
+    assert rule(policy_loss="dapo")[0].statistic == "ratio" and not rule(policy_loss="dapo")[1]  # what ACPO would set
+    assert rule(policy_loss="dlogp_reweight", reweight_base_loss="acpo_log")[0].statistic == "logratio"
+    frozen, is_own = rule(policy_loss="bin_clip", bin_clip_ranges=[0.4, 0.3, 0.2])
+    assert (frozen.num_bins, frozen.alpha, frozen.base, is_own) == (3, 0.0, (0.4, 0.3, 0.2), True)
+    one_bin, is_own = rule(policy_loss="acpo", acpo_num_bins=1, diagnostics_num_bins=5)
+    assert (one_bin.num_bins, one_bin.alpha, is_own) == (5, 3.0, False)
+    assert rule(policy_loss="acpo", diagnostics_num_bins=5)[1]  # the method's own K: its own rule
     entries = [{"step": 1, "diag/k0/bin0/acpo_eps": 0.2, "diag/eps_rule_logratio": 1.0}]
     assert summarize_diagnostics(entries)["eps_rule"] == "logratio"
     assert summarize_diagnostics([{"step": 1, "diag/k0/bin0/acpo_eps": 0.2}])["eps_rule"] == "ratio"

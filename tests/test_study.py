@@ -259,7 +259,7 @@ def test_real_model_grid_samples_the_same_rollouts_in_every_regime(tmp_path, cap
     assert specs[0].run_id == "smollm2_addition@lr2e-05/acpo/upr2/seed0"
     assert main(["plan", "--real-model", "--levels", "a", "--seeds", "1", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
-    assert "smollm2_addition@lr2e-05: 8 runs" in out and "8 runs (8 to do); estimated" in out
+    assert "smollm2_addition@lr2e-05, upr 16: 4 runs" in out and "8 runs (8 to do); estimated" in out
     with pytest.raises(ValueError, match="rollout=64: must split into 3 updates"):
         type(specs[0])(specs[0].recipe, upr=3, rollout=64, rollouts=2)
 

@@ -5,8 +5,9 @@ loss it adds, to the metrics the trainer already all-reduces and logs in one cal
 
 - every micro-batch: :func:`~acpo_trl.diagnostics.ratio_diagnostics` keyed by the update index k within the
   rollout (``diag/k{k}/bin{b}/...``), with the clip masks the method's loss returned and the bin rule of
-  :func:`diagnostics_rule` (``acpo_eps``: the method's own ranges for ACPO and ``acpo_log``, what ACPO would set for
-  the others), which ``diag/eps_rule_logratio`` records (1: the log-ratio rule of ``acpo_log``, 0: the ratio);
+  :func:`diagnostics_rule` (``acpo_eps``: the method's own ranges for ACPO, ``acpo_log`` and ``bin_clip``, what ACPO
+  would set for the others), which ``diag/eps_rule_logratio`` (1: the log-ratio rule of ``acpo_log``, 0: the
+  ratio) and ``diag/eps_rule_own`` (1: the method's own rule, 0: ACPO's, not applied) record;
 - once in every window of ``grad_every`` optimizer steps (at a rotating update index, see
   :func:`gradient_step_due`), on the first micro-batch of the step:
   :func:`~acpo_trl.diagnostics.gradient_diagnostics` on the parameters matching ``grad_params``; the angle and norm
@@ -60,11 +61,17 @@ def gradient_step_due(optimizer_step: int, grad_every: int, updates_per_rollout:
     return offset == window % min(updates_per_rollout, grad_every)
 
 
-def diagnostics_rule(run_config) -> BinClipRule:
-    """The bin rule whose ranges the diagnostics report: the method's own when it clips by bins (ACPO: the ratio's
-    std; ``acpo_log``: the log-ratio's), else ACPO's ratio rule with the config's ``acpo_*`` fields."""
-    statistic = run_config.method.bin_statistic_for(run_config) if run_config.method is not None else None
-    return BinClipRule.from_config(run_config, statistic=statistic or "ratio")
+def diagnostics_rule(run_config) -> tuple[BinClipRule, bool]:
+    """(the bin rule whose bins and ranges the diagnostics report, whether it is the method's own). The method's own
+    when it clips by bins (ACPO: the ratio's std; ``acpo_log``: the log-ratio's; ``bin_clip``: its frozen ranges)
+    and ``diagnostics_num_bins`` is unset or its K; else ACPO's ratio rule with the config's ``acpo_*`` fields, at
+    ``diagnostics_num_bins`` bins when set (e.g. 5 bins for a 1-bin ACPO, to compare its clipping per bin)."""
+    own = run_config.method.bin_rule_for(run_config) if run_config.method is not None else None
+    num_bins = getattr(run_config, "diagnostics_num_bins", None)
+    if own is not None and num_bins in (None, own.num_bins):
+        return own, True
+    acpo = BinClipRule.from_config(run_config)
+    return (acpo if num_bins is None else replace(acpo, num_bins=num_bins)), False
 
 
 def attach_diagnostics(trainer, config: DiagnosticsConfig):
@@ -74,7 +81,7 @@ def attach_diagnostics(trainer, config: DiagnosticsConfig):
     params = [p for _, p in select_parameters(trainer.model, config.grad_params)] if config.grad_every else []
 
     updates = max(1, args.steps_per_generation * trainer.num_iterations // args.gradient_accumulation_steps)
-    rule = diagnostics_rule(args)
+    rule, own_rule = diagnostics_rule(args)
 
     def with_diagnostics(inputs: PolicyLossInputs, run_config) -> PolicyLossOutput:
         output = loss_fn(inputs, run_config)
@@ -91,11 +98,12 @@ def attach_diagnostics(trainer, config: DiagnosticsConfig):
             ))
             one = inputs.logps.new_ones((), dtype=torch.float64)
             metrics["diag/eps_rule_logratio"] = (one * (rule.statistic == "logratio"), one)
+            metrics["diag/eps_rule_own"] = (one * own_rule, one)
         if config.grad_every and step % ga == 0 and gradient_step_due(step // ga, config.grad_every, updates):
             with outside_engine_backward(trainer.model_wrapped):  # DeepSpeed; else nothing
                 grad = gradient_diagnostics(
                     output.per_token_loss, inputs.logps, inputs.old_logps, inputs.advantages, inputs.mask, params,
-                    loss_type=run_config.loss_type, num_bins=run_config.acpo_num_bins,
+                    loss_type=run_config.loss_type, num_bins=rule.num_bins,
                     max_completion_length=run_config.max_completion_length, per_group=config.grad_per_group,
                 )
             for name in ("angle_deg", "norm_ratio"):

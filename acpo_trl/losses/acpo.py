@@ -1,5 +1,7 @@
 """ACPO: bin-wise adaptive clipping (Wang et al. 2026, "What are Key Factors for Updates in RL for LLM
-Reasoning?", arXiv 2606.22570), and ``acpo_log``, this package's variant whose lower clip cannot vanish.
+Reasoning?", arXiv 2606.22570); ``acpo_log``, this package's variant whose lower clip cannot vanish; and
+``bin_clip``, a frozen bin-wise clip (a fixed range per bin, no adaptation) that separates ACPO's bins from its
+adaptation.
 
 Tokens are put in K equal-width bins by their CURRENT probability; each bin's clip range grows with the
 dispersion of the importance ratio inside it (:class:`BinClipRule`):
@@ -21,11 +23,16 @@ two-sided at any dispersion:
     acpo_log: l = max(-A r, -A exp(clamp(log r, -eps_b, eps_b)));        if A < 0: l = min(l, -c A)
 
 i.e. r is clipped to [e^-eps_b, e^eps_b]. For small dispersion log r ~ r - 1, so both rules agree near on-policy.
+
+``bin_clip`` (not in the paper) is the same surrogate with eps_b = bin_clip_ranges[b], given in the config: the
+rule with alpha = 0 and a base per bin. Set to ACPO's measured mean ranges it asks whether ACPO helps by its
+widths per bin or by following the ratio's spread (docs/RESULTS.md, "Why ACPO wins").
 """
 
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
@@ -90,7 +97,7 @@ class BinClipRule:
 
     num_bins: int = 5
     alpha: float = 3.0
-    base: float = 0.2
+    base: float | tuple[float, ...] = 0.2  # one for every bin, or one per bin (``bin_clip``'s frozen ranges)
     eps_min: float = 0.0
     eps_max: float = 3.0
     statistic: str = "ratio"
@@ -98,10 +105,13 @@ class BinClipRule:
     def __post_init__(self):
         if not isinstance(self.num_bins, int) or isinstance(self.num_bins, bool) or self.num_bins < 1:
             raise InvalidRule("num_bins", self.num_bins, "must be an integer >= 1 (the paper uses 5).")
+        if isinstance(self.base, tuple) and len(self.base) != self.num_bins:
+            raise InvalidRule("base", self.base, f"one range per bin: {self.num_bins} values, or one number.")
         for name, paper in (("alpha", 3.0), ("base", 0.2), ("eps_min", 0.0)):
-            if getattr(self, name) < 0:
-                raise InvalidRule(name, getattr(self, name), f"must be >= 0 (the paper uses {paper}).")
-        if self.eps_max < self.eps_min:
+            values = getattr(self, name) if isinstance(getattr(self, name), tuple) else (getattr(self, name),)
+            if not all(math.isfinite(v) and v >= 0 for v in values):
+                raise InvalidRule(name, getattr(self, name), f"must be finite and >= 0 (the paper uses {paper}).")
+        if math.isnan(self.eps_max) or self.eps_max < self.eps_min:
             raise InvalidRule("eps_max", self.eps_max, f"must be >= the lower clamp {self.eps_min} (the paper uses 3.0).")
         if self.statistic not in STATISTICS:
             raise InvalidRule("statistic", self.statistic, f"must be one of {STATISTICS}.")
@@ -150,7 +160,8 @@ class BinClipRule:
         sum_sq = (sum_sq if all_reduce is None else all_reduce(sum_sq)).double()
         nonempty = count > 0
         std = torch.where(nonempty, torch.sqrt(sum_sq / n + STD_EPS), torch.zeros_like(sum_sq))
-        eps = torch.clamp(self.base + self.alpha * std, self.eps_min, self.eps_max)
+        base = std.new_tensor(self.base) if isinstance(self.base, tuple) else self.base
+        eps = torch.clamp(base + self.alpha * std, self.eps_min, self.eps_max)
         offset = 1.0 if self.statistic == "ratio" else 0.0
         mean = torch.where(nonempty, offset + mean_x, torch.full_like(mean_x, offset))
         return BinStats(count=count, mean=mean, std=std, eps=eps)
@@ -290,14 +301,46 @@ def validate_acpo(config) -> None:
                          "micro-batch, as the authors) or 'global'.")
 
 
-@register_policy_loss("acpo", validate=validate_acpo, bin_statistic="ratio")
+@register_policy_loss("acpo", validate=validate_acpo, bin_rule=BinClipRule.from_config)
 def acpo_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
     """ACPO: the clipped surrogate with ratio range [1 - eps_b, 1 + eps_b], eps_b from the within-bin std of r."""
     return bin_clipped_loss(inputs, config, BinClipRule.from_config(config))
 
 
-@register_policy_loss("acpo_log", validate=validate_acpo, bin_statistic="logratio")
+@register_policy_loss("acpo_log", validate=validate_acpo,
+                      bin_rule=functools.partial(BinClipRule.from_config, statistic="logratio"))
 def acpo_log_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
     """This package's variant (not the paper's): log r clipped to [-eps_b, eps_b], eps_b from the within-bin std of
     log r, with ACPO's config fields (K, alpha, base, clamp, dual-clip, scope)."""
     return bin_clipped_loss(inputs, config, BinClipRule.from_config(config, statistic="logratio"))
+
+
+def frozen_rule(config) -> BinClipRule:
+    """``bin_clip``'s rule: K = len(bin_clip_ranges) bins, eps_b = bin_clip_ranges[b] (alpha 0, a base per bin)."""
+    ranges = config.bin_clip_ranges
+    if not ranges:
+        raise ValueError(f"ACPOConfig.bin_clip_ranges={ranges!r}: policy_loss='bin_clip' needs one clip range per "
+                         "probability bin, e.g. [0.43, 0.28, 0.27, 0.27, 0.23] for 5 bins.")
+    try:
+        ranges = tuple(float(v) for v in ranges)
+        return _frozen_rule(ranges)
+    except (InvalidRule, TypeError, ValueError) as error:
+        raise ValueError(f"ACPOConfig.bin_clip_ranges={config.bin_clip_ranges!r}: each range must be a finite number "
+                         ">= 0 (one per probability bin).") from error
+
+
+@functools.lru_cache(maxsize=16)
+def _frozen_rule(ranges: tuple[float, ...]) -> BinClipRule:
+    return BinClipRule(num_bins=len(ranges), alpha=0.0, base=ranges, eps_min=0.0, eps_max=max(ranges))
+
+
+def validate_bin_clip(config) -> None:
+    frozen_rule(config)
+    validate_acpo(config)  # the statistics scope (the rule's own std is logged, not used)
+
+
+@register_policy_loss("bin_clip", validate=validate_bin_clip, bin_rule=frozen_rule)
+def bin_clip_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
+    """A frozen bin-wise clip: ratio range [1 - eps_b, 1 + eps_b], eps_b = bin_clip_ranges[b] for the bin of the
+    token's CURRENT probability (ACPO's bins, no adaptation); dual-clip and ``delta`` as ACPO."""
+    return bin_clipped_loss(inputs, config, frozen_rule(config))

@@ -16,8 +16,9 @@ decorator, everything else the trainer must know about it::
   ``ValueError("ACPOConfig.<field>=<value>: <what is wrong and the fix>")``.
 - ``wraps``: the name of a config field that names another registered method this one feeds (the reweightings'
   ``reweight_base_loss``); that method's needs and validation then apply too.
-- ``bin_statistic``: for a method that clips by ACPO's probability bins, the statistic its ranges are set from
-  (``"ratio"``: ACPO, ``"logratio"``: ``acpo_log``), so that the diagnostics report the method's own ranges.
+- ``bin_rule``: for a method that clips by probability bins, ``bin_rule(config)`` is its
+  :class:`~acpo_trl.losses.BinClipRule` (ACPO's, ``acpo_log``'s, ``bin_clip``'s frozen ranges), so that the
+  diagnostics report the method's own ranges.
 - The output is the per-token loss ``(B, T)``, which the trainer aggregates with ``config.loss_type``; the tokens
   whose gradient the method's trust region removed (``clipped_high``: A > 0 above the range, ``clipped_low``:
   A < 0 below it), which the diagnostics read; and metrics as ``name -> (numerator, denominator)`` pairs of
@@ -97,7 +98,7 @@ class PolicyLoss:
     passes_per_rollout: int = 1
     validate: Callable[[object], None] | None = None
     wraps: str | None = None
-    bin_statistic: str | None = None
+    bin_rule: Callable[[object], object] | None = None
 
     def __call__(self, inputs: PolicyLossInputs, config) -> PolicyLossOutput:
         return self.fn(inputs, config)
@@ -113,9 +114,9 @@ class PolicyLoss:
         """What the method, and any method it feeds, needs from the trainer under ``config``."""
         return frozenset().union(*(entry.needs for entry in self._chain(config)))
 
-    def bin_statistic_for(self, config) -> str | None:
-        """The statistic of the bin rule the method, or the method it feeds, clips with (None: no bin rule)."""
-        return next((entry.bin_statistic for entry in self._chain(config) if entry.bin_statistic), None)
+    def bin_rule_for(self, config):
+        """The :class:`~acpo_trl.losses.BinClipRule` the method, or the method it feeds, clips with (None: none)."""
+        return next((entry.bin_rule(config) for entry in self._chain(config) if entry.bin_rule), None)
 
     def validate_config(self, config) -> None:
         """Run the method's own validation, then that of the methods it feeds."""
@@ -134,7 +135,7 @@ def register_policy_loss(
     passes_per_rollout: int = 1,
     validate: Callable[[object], None] | None = None,
     wraps: str | None = None,
-    bin_statistic: str | None = None,
+    bin_rule: Callable[[object], object] | None = None,
 ) -> Callable[[PolicyLossFn], PolicyLossFn]:
     """Register ``fn`` under ``name`` so that ``ACPOConfig(policy_loss=name)`` selects it (see the module doc for
     the arguments). The decorated function is returned unchanged."""
@@ -148,7 +149,7 @@ def register_policy_loss(
     def decorator(fn: PolicyLossFn) -> PolicyLossFn:
         if name in POLICY_LOSSES:
             raise ValueError(f"A policy loss named {name!r} is already registered.")
-        POLICY_LOSSES[name] = PolicyLoss(name, fn, needs, passes_per_rollout, validate, wraps, bin_statistic)
+        POLICY_LOSSES[name] = PolicyLoss(name, fn, needs, passes_per_rollout, validate, wraps, bin_rule)
         return fn
 
     return decorator

@@ -7,7 +7,8 @@ DEFAULT_LR = 5e-4  # the testbed's learning rate (docs/RESULTS.md, "Testbed"); t
 
 class GridCell:
     """Mixin for a cell with ``task``, ``method``, ``alpha``, ``clip``, ``upr`` and ``seed`` (and, on the testbed,
-    ``lr``: a learning rate other than the testbed's names a drift level of its own)."""
+    ``lr``: a learning rate other than the testbed's names a drift level of its own; on a recipe, ``options``: other
+    ACPOConfig fields the variant sets, as (name, value) pairs)."""
 
     @property
     def group(self) -> str:
@@ -16,21 +17,38 @@ class GridCell:
         return self.task if lr == DEFAULT_LR else f"{self.task}@lr{lr:g}"
 
     @property
+    def naming_options(self) -> list[tuple[str, object]]:
+        """The options that name the variant: all but the ``diagnostics_*`` fields, which change what is logged,
+        not what is trained."""
+        return [(name, value) for name, value in getattr(self, "options", ()) if not name.startswith("diagnostics_")]
+
+    @property
     def variant(self) -> str:
-        """The table row: the method, with ACPO's alpha and clip clamp when they are not the defaults."""
+        """The table row: the method, with ACPO's alpha and clip clamp when they are not the defaults, and the
+        variant's other options."""
         options = [] if self.alpha is None else [f"alpha={self.alpha:g}"]
         options += [] if self.clip is None else [f"clip=[{self.clip[0]:g}, {self.clip[1]:g}]"]
+        options += [f"{name}={_value(value, '/')}" for name, value in self.naming_options]
         return self.method if not options else f"{self.method}({', '.join(options)})"
 
     @property
     def run_id(self) -> str:
         alpha = "" if self.alpha is None else f"-alpha{self.alpha:g}"
         clip = "" if self.clip is None else f"-clip{self.clip[0]:g}-{self.clip[1]:g}"
-        return f"{self.group}/{self.method}{alpha}{clip}/upr{self.upr}/seed{self.seed}"
+        options = "".join(f"-{name}{_value(value, '-')}" for name, value in self.naming_options)
+        return f"{self.group}/{self.method}{alpha}{clip}{options}/upr{self.upr}/seed{self.seed}"
 
     def config_overrides(self) -> dict:
-        """The ACPOConfig fields the cell sets beyond its method: alpha and the [eps_min, eps_max] clamp."""
+        """The ACPOConfig fields the cell sets beyond its method: alpha, the [eps_min, eps_max] clamp, the options."""
         overrides = {} if self.alpha is None else {"acpo_alpha": self.alpha}
         if self.clip is not None:
             overrides.update(acpo_clip_min=self.clip[0], acpo_clip_max=self.clip[1])
+        overrides.update(getattr(self, "options", ()))
         return overrides
+
+
+def _value(value, sep: str) -> str:
+    """An option's value in a name: a number as %g, a list joined by ``sep``."""
+    if isinstance(value, (list, tuple)):
+        return sep.join(_value(v, sep) for v in value)
+    return f"{value:g}" if isinstance(value, float) else str(value)

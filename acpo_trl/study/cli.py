@@ -12,7 +12,11 @@
                                          the demo's addition task x 2 drift levels (lr 2e-5, 1e-6) x ACPO (paper,
                                          authors' defaults), DAPO, CISPO x upr 2/16 at 64 completions per rollout x
                                          8 seeds, level a first (`--levels a`: one level)
-    acpo-study plan [--quick|--pilot|--drift|--real-model]
+    acpo-study run --ablation            why ACPO wins, into study/smollm2/: at the real-model grid's level b, a wider
+                                         fixed clip (H1), ACPO's mean ranges frozen per bin (H2) and a 1-bin ACPO
+                                         (H3) x 16 seeds at upr 16 (ACPO alpha 3 and DAPO extended to them) and
+                                         8 seeds at upr 2, reusing the committed cells
+    acpo-study plan [--quick|--pilot|--drift|--real-model|--ablation]
                                          the runs it would do and their estimated time, without running them
     acpo-study report --out DIR          table.md, learning curves and diagnostics PNGs from finished runs
     acpo-study drift --lrs 1e-6 1e-5 --out DIR
@@ -40,7 +44,7 @@ from pathlib import Path
 from ..cli_errors import UserError, cli_main, user_input
 from .recipe import DEFAULT_LAUNCHER, RecipeRunSpec, recipe_grid
 from .grids import (ALPHAS, DRIFT_LEVELS, DRIFT_VARIANTS, PAPER_METHODS, REAL_MODEL_LEVELS, REAL_MODEL_RECIPE,
-                    REAL_MODEL_VARIANTS, UPRS, build_grid, drift_grid, estimate_real_model_seconds, estimate_seconds,
+                    REAL_MODEL_VARIANTS, UPRS, ablation_grid, build_grid, drift_grid, estimate_real_model_seconds, estimate_seconds,
                     quick_grid, real_model_grid)
 from .results import group_of, is_done, load_results
 from .runner import block, check_reproduces, open_blocks, run_grid, work
@@ -55,15 +59,19 @@ PILOT_METHODS = ("acpo", "dapo", "cispo")
 
 def _specs(args) -> list:
     if args.recipe:
-        if args.quick or args.pilot or args.drift or args.real_model or args.tasks:
+        if args.quick or args.pilot or args.drift or args.real_model or args.ablation or args.tasks:
             raise UserError("--recipe: the recipe sets the model and task",
-                            "drop --quick/--pilot/--drift/--real-model/--tasks")
+                            "drop --quick/--pilot/--drift/--real-model/--ablation/--tasks")
         return recipe_grid(args.recipe, methods=args.methods or PAPER_METHODS, uprs=args.uprs or UPRS,
                            seeds=range(args.seeds or 8), alphas=ALPHAS if args.alphas is None else args.alphas,
                            steps=args.steps, eval_steps=args.eval_steps,
                            launcher=tuple(shlex.split(args.launcher)) if args.launcher else DEFAULT_LAUNCHER)
     if args.quick:
         return quick_grid()
+    if args.ablation:
+        specs = ablation_grid(seeds_off_policy=range(args.seeds or 16), seeds_near=range(min(args.seeds or 8, 8)))
+        return [s for s in specs if (not args.methods or s.method in args.methods)
+                and (not args.uprs or s.upr in args.uprs)]
     if args.real_model:
         variants = [v for v in REAL_MODEL_VARIANTS if not args.methods or v[0] in args.methods]
         levels = [level for level in REAL_MODEL_LEVELS if not args.levels or level.name in args.levels]
@@ -86,9 +94,10 @@ def _specs(args) -> list:
 
 def _estimate(specs: list, jobs: int) -> float:
     if specs and all(isinstance(s, RecipeRunSpec) and s.recipe == REAL_MODEL_RECIPE and s.rollout for s in specs):
-        for group in dict.fromkeys(s.group for s in specs):  # the plan per drift level, in the grid's order
-            cells = [s for s in specs if s.group == group]
-            print(f"  {group}: {len(cells)} runs, {estimate_real_model_seconds(cells, jobs) / 3600:.2f} h", flush=True)
+        for group, upr in dict.fromkeys((s.group, s.upr) for s in specs):  # per level and regime, in the grid's order
+            cells = [s for s in specs if (s.group, s.upr) == (group, upr)]
+            print(f"  {group}, upr {upr}: {len(cells)} runs, {estimate_real_model_seconds(cells, jobs) / 3600:.2f} h",
+                  flush=True)
         return estimate_real_model_seconds(specs, jobs)
     if any(not isinstance(s, RunSpec) for s in specs):
         return math.nan  # a recipe's run time depends on the model and the hardware
@@ -203,7 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("run", "plan"):
         p = sub.add_parser(name)
         p.add_argument("--out", type=Path, default=None,
-                       help="default study/ (with --drift: study/drift/, with --real-model: study/smollm2/)")
+                       help="default study/ (with --drift: study/drift/, with --real-model or --ablation: "
+                            "study/smollm2/)")
         p.add_argument("--cache", type=Path, default=None, help="warm-up cache (default: OUT/warmups)")
         mode = p.add_mutually_exclusive_group()
         mode.add_argument("--quick", action="store_true")
@@ -211,6 +221,8 @@ def build_parser() -> argparse.ArgumentParser:
         mode.add_argument("--drift", action="store_true", help="the drift grid (learning rate as the drift axis)")
         mode.add_argument("--real-model", action="store_true",
                           help="the real-model grid (SmolLM2-135M-Instruct on CPU, two drift levels)")
+        mode.add_argument("--ablation", action="store_true",
+                          help="why ACPO wins: the real-model grid's level b with H1/H2/H3 variants (--seeds: upr 16)")
         p.add_argument("--jobs", type=int, default=None,
                        help="worker processes (0: run in this process; default 2 on the testbed, 1 with --recipe)")
         p.add_argument("--recipe", type=Path, default=None,
@@ -300,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
         print((args.out / "drift.md").read_text())
         return 0
     if args.out is None:
-        args.out = Path("study/drift") if args.drift else Path("study/smollm2") if args.real_model else Path("study")
+        args.out = (Path("study/drift") if args.drift else Path("study/smollm2") if args.real_model or args.ablation
+                    else Path("study"))
     _check_args(args)
     with user_input(ValueError), user_input(yaml.YAMLError, fix=f"fix the YAML syntax of --recipe {args.recipe}"):
         specs = _specs(args)

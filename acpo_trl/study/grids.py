@@ -145,18 +145,46 @@ def estimate_real_model_seconds(specs: list[RecipeRunSpec], jobs: int = 2) -> fl
 def real_model_grid(levels=REAL_MODEL_LEVELS, variants=REAL_MODEL_VARIANTS, uprs=(2, 16), seeds=range(8),
                     recipe: str = REAL_MODEL_RECIPE) -> list[RecipeRunSpec]:
     """variants x uprs x seeds at each drift level on the real model, level-major (a level is finished before the
-    next starts) and seed-major within a level. Every cell samples ``rollouts`` rollouts of
-    ``REAL_MODEL_ROLLOUT`` completions; the held-out set is evaluated before (shared by a seed's cells), halfway and
-    after; the ratio diagnostics are logged at every update (no gradient diagnostics: 2K + 2 extra backward passes)."""
+    next starts) and seed-major within a level. A variant is (method, alpha, clip) or (method, alpha, clip,
+    options). Every cell samples ``rollouts`` rollouts of ``REAL_MODEL_ROLLOUT`` completions; the held-out set is
+    evaluated before (shared by a seed's cells), halfway and after; the ratio diagnostics are logged at every update
+    (no gradient diagnostics: 2K + 2 extra backward passes)."""
     specs = []
     for level in levels:
         for seed in seeds:
             for upr in uprs:
-                for method, alpha, clip in variants:
+                for method, alpha, clip, *options in variants:
                     specs.append(RecipeRunSpec(recipe, method=method, upr=upr, seed=seed, alpha=alpha, clip=clip,
                                                lr=level.lr, rollout=REAL_MODEL_ROLLOUT, rollouts=level.steps,
-                                               eval_steps=level.steps * upr // 2, grad_every=0))
+                                               eval_steps=level.steps * upr // 2, grad_every=0,
+                                               options=options[0] if options else ()))
     return specs
+
+
+# Why ACPO wins at level b (docs/RESULTS.md, "Why ACPO wins"): one variant per hypothesis, each fixed from the
+# committed level-b diagnostics of ACPO alpha 3 at 16 updates per rollout before any of its runs (study/smollm2/
+# table.md, "Diagnostics": mean eps over seeds and updates k >= 1, bins 0..4 = 0.43 / 0.28 / 0.27 / 0.27 / 0.23).
+ACPO_MEAN_RANGES = (0.43, 0.28, 0.27, 0.27, 0.23)
+ABLATION_VARIANTS = (
+    # H1, a wider clip: TRL's fixed symmetric clip as wide as ACPO's widest mean range, for every token
+    ("ppo_clip", None, None, (("epsilon", max(ACPO_MEAN_RANGES)),)),
+    # H2, bin-wise widths: each bin's range frozen at ACPO's mean (no adaptation)
+    ("bin_clip", None, None, (("bin_clip_ranges", ACPO_MEAN_RANGES),)),
+    # H3 without bins: ACPO's adaptation over one bin (its clipping still reported in 5 bins)
+    ("acpo", None, None, (("acpo_num_bins", 1), ("diagnostics_num_bins", 5))),
+)
+ABLATION_REFERENCES = (("acpo", None, None), ("dapo", None, None))  # extended to the ablation's seeds at upr 16
+
+
+def ablation_grid(seeds_off_policy=range(16), seeds_near=range(8)) -> list[RecipeRunSpec]:
+    """The ablation at level b: the three variants and the references (ACPO alpha 3, DAPO) at 16 updates per rollout
+    over ``seeds_off_policy``, then the three variants at 2 updates per rollout over ``seeds_near`` (the references'
+    runs there are the committed grid's). The committed cells of the real-model grid are the same run ids, so
+    ``acpo-study run --ablation`` skips them."""
+    level = next(level for level in REAL_MODEL_LEVELS if level.name == "b")
+    return (real_model_grid(levels=[level], variants=ABLATION_VARIANTS + ABLATION_REFERENCES, uprs=(16,),
+                            seeds=seeds_off_policy)
+            + real_model_grid(levels=[level], variants=ABLATION_VARIANTS, uprs=(2,), seeds=seeds_near))
 
 
 def estimate_seconds(specs: list[RunSpec], seconds_per_step: dict[int, float], jobs: int = 2) -> float:

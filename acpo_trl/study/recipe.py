@@ -37,7 +37,8 @@ import yaml
 from .cell import GridCell
 from .results import write_result
 
-DEFAULT_LAUNCHER = (sys.executable, "-m", "acpo_trl.train")
+# "python" runs as this interpreter (sys.executable); the spec and result keep the word, not the machine's path.
+DEFAULT_LAUNCHER = ("python", "-m", "acpo_trl.train")
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,7 @@ class RecipeRunSpec(GridCell):
     lr: float | None = None  # None: the recipe's learning_rate; else a drift level, named in the group
     rollout: int | None = None  # completions per rollout, the same in every regime (None: the recipe's mini-batch)
     rollouts: int | None = None  # with `rollout`: rollouts per run (max_steps = rollouts x upr)
+    options: tuple[tuple[str, object], ...] = ()  # other ACPOConfig fields of the variant, e.g. (("epsilon", 0.43),)
 
     def __post_init__(self):
         config = self.config
@@ -106,6 +108,8 @@ class RecipeRunSpec(GridCell):
         data["launcher"] = tuple(data["launcher"])
         if data.get("clip") is not None:
             data["clip"] = tuple(data["clip"])
+        data["options"] = tuple((name, tuple(value) if isinstance(value, list) else value)
+                                for name, value in data.get("options", ()))
         return cls(**data)
 
     def before_file(self, out_dir: str | Path) -> Path:
@@ -131,7 +135,7 @@ class RecipeRunSpec(GridCell):
         if before_file is not None:
             args += ["--report_before_file", str(before_file)]
         for name, value in self.config_overrides().items():
-            args += [f"--{name}", str(value)]
+            args += [f"--{name}", *(map(str, value) if isinstance(value, (list, tuple)) else [str(value)])]
         return [*self.launcher, *args]
 
     def run(self, out_dir: str | Path, cache_dir: str | Path | None = None) -> dict:
@@ -142,16 +146,29 @@ class RecipeRunSpec(GridCell):
         for stale in ("metrics.jsonl", "result.json", "error.txt", "eval_before_after.json"):
             (run_dir / stale).unlink(missing_ok=True)
         (run_dir / "spec.json").write_text(json.dumps(self.to_json(), indent=1))
-        command = self.command(run_dir, self.before_file(out_dir))
+        command = self.command(_relative(run_dir), _relative(self.before_file(out_dir)))
         start = time.time()
         with open(run_dir / "log.txt", "w") as log:
             log.write(shlex.join(command) + "\n")
             log.flush()
-            code = subprocess.call(command, stdout=log, stderr=subprocess.STDOUT)
+            code = subprocess.call(_this_python(command), stdout=log, stderr=subprocess.STDOUT)
         if code != 0:
             tail = (run_dir / "log.txt").read_text()[-3000:]
             raise RuntimeError(f"{self.run_id}: acpo-train exited with {code}:\n{tail}")
         return write_result(self, run_dir, read_evals(run_dir, self.num_steps), start, command=shlex.join(command))
+
+
+def _this_python(command: list[str]) -> list[str]:
+    """The command with a leading ``python`` run as this interpreter (the one the study runs in)."""
+    return [sys.executable, *command[1:]] if command[:1] == ["python"] else command
+
+
+def _relative(path: Path) -> Path:
+    """``path`` relative to the working directory when it lies under it: a recorded command names no machine path."""
+    try:
+        return Path(path).resolve().relative_to(Path.cwd().resolve())
+    except ValueError:
+        return Path(path)
 
 
 def _eval_keys(metrics: dict) -> dict[str, str]:

@@ -68,7 +68,8 @@ def summarize_diagnostics(entries: list[dict]) -> dict:
     """Run means of the diagnostics, small enough for ``result.json`` (so tables and cross-seed plots do not need
     ``metrics.jsonl``): ``bins[metric]["k,b"]``, ``bins_max`` (the largest value of one logged step, for the metrics
     of ``MAX_TRACKED``), ``grad_k[metric]["k"]``, ``grad[metric]`` (shares, angle) and
-    ``eps_rule``, the statistic of the bin rule behind ``acpo_eps`` (``"ratio"`` or ``"logratio"``)."""
+    ``eps_rule``, the statistic of the bin rule behind ``acpo_eps`` (``"ratio"`` or ``"logratio"``), and ``eps_own``,
+    whether that rule is the method's own (False: ACPO's, not applied)."""
     from ..diagnostics.plots import bin_table
 
     bins = {name: {f"{k},{b}": v for (k, b), v in cells.items()} for name, cells in bin_table(entries).items()}
@@ -86,10 +87,13 @@ def summarize_diagnostics(entries: list[dict]) -> dict:
         if len(parts) == 3 and parts[1].startswith("k"):
             grad_k.setdefault(parts[2], {})[parts[1][1:]] = value
     logratio_rule = [e["diag/eps_rule_logratio"] for e in entries if "diag/eps_rule_logratio" in e]
+    own_rule = [e["diag/eps_rule_own"] for e in entries if "diag/eps_rule_own" in e]
     return {"bins": bins, "bins_max": largest, "grad_k": grad_k,
             "grad": {k[5:]: v for k, v in means.items() if not k.split("/")[1].startswith("k")},
             # the rule of `acpo_eps` (diagnostics.hook.diagnostics_rule); runs logged before it was recorded: "ratio"
-            "eps_rule": "logratio" if logratio_rule and logratio_rule[-1] == 1 else "ratio"}
+            "eps_rule": "logratio" if logratio_rule and logratio_rule[-1] == 1 else "ratio",
+            # whether `acpo_eps` is the method's own rule (runs logged before it was recorded: None)
+            "eps_own": bool(own_rule[-1]) if own_rule else None}
 
 
 def is_done(spec, out_dir: str | Path) -> bool:

@@ -229,9 +229,15 @@ def own_eps(result: dict, k: int, b: int) -> tuple[float, str]:
         alpha = 3.0 if spec.get("alpha") is None else spec["alpha"]
         value = None if std is None else min(max(0.2 + alpha * math.sqrt(std**2 + 1e-8), low), high)
         return (math.nan if value is None else value), "acpo_log's own ≈"
-    if spec["method"] in ("acpo", "acpo_log"):
-        return (math.nan if value is None else value), f"own ({'log-ratio' if rule == 'logratio' else 'ratio'})"
-    return (math.nan if value is None else value), "ACPO's (not applied)"
+    own = diags.get("eps_own")
+    if own is None:  # a run logged before the diagnostics recorded it: ACPO's and acpo_log's rules were their own
+        own = spec["method"] in ("acpo", "acpo_log")
+    value = math.nan if value is None else value
+    if not own:
+        return value, "ACPO's (not applied)"
+    if spec["method"] == "bin_clip":
+        return value, "own (frozen)"
+    return value, f"own ({'log-ratio' if rule == 'logratio' else 'ratio'})"
 
 
 def diagnostics_table(results: list[dict]) -> list[str]:
@@ -259,10 +265,11 @@ def diagnostics_table(results: list[dict]) -> list[str]:
         return max(values) if values else math.nan
 
     lines = ["## Diagnostics (means over seeds and over updates k >= 1 of a rollout)", "",
-             "eps: the bin rule's range per bin, the run's own for ACPO and `acpo_log` (own (ratio): std of r; own "
-             "(log-ratio): std of log r; acpo_log's own ≈: computed from the logged log-ratio std for runs made before "
-             "the diagnostics recorded acpo_log's rule, see `table.own_eps`), and for the other methods the range ACPO "
-             "at alpha 3 would set (not applied). Clip %: the method's own clip masks (CISPO: its trust-region mask). "
+             "eps: the bin rule's range per bin, the run's own for ACPO, `acpo_log` and `bin_clip` (own (ratio): std "
+             "of r; own (log-ratio): std of log r; own (frozen): `bin_clip_ranges`; acpo_log's own ≈: computed from "
+             "the logged log-ratio std for runs made before the diagnostics recorded acpo_log's rule, see "
+             "`table.own_eps`), and for the other methods (and a run binned otherwise than its method, e.g. a 1-bin "
+             "ACPO) the range ACPO at alpha 3 would set (not applied). Clip %: the method's own clip masks (CISPO: its trust-region mask). "
              "Bin-0 A<0 largest: the largest run mean at one update index k.", "",
              "| task | variant | upr | eps bins 0..4 | eps rule | clip % A>0 bin 0 / 4 | clip % A<0 bin 0 / 4 | "
              "bin-0 A<0 clip % largest | log-ratio std bin 0 / 4 | angle to unclipped (k >= 1) | "
