@@ -55,7 +55,8 @@ DEEPSPEED_TOL = 1e-4  # DeepSpeed vs DDP (module docstring): float32 on CPU, ano
 LOGGED_PREFIXES = ("acpo/", "diag/", "grad/", "clip_ratio/")
 needs_deepspeed = pytest.mark.skipif(
     importlib.util.find_spec("deepspeed") is None,
-    reason="deepspeed is not installed (DS_BUILD_OPS=0 pip install --no-build-isolation deepspeed)")
+    reason='deepspeed is not installed: DS_BUILD_OPS=0 pip install --no-build-isolation "deepspeed==0.19.8" '
+           "after torch, as .ci/run does (docs/distributed_and_notebook.md)")
 MICRO_STEPS = 4  # max_steps 4 x gradient_accumulation_steps 1
 BASE, ALPHA, EPS_MIN, EPS_MAX, STD_EPS = 0.2, 3.0, 0.0, 3.0, 1e-8
 

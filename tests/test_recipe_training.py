@@ -6,7 +6,8 @@ of one rollout, changing only what a CPU forces:
   chat template (plain-text ``base`` prompts and chat prompts both work);
 - the sizes: num_generations, the micro-batch, the lengths, and gradient_accumulation_steps / steps_per_generation
   divided by the same factor, so that the updates per rollout (and so the regime) stay the recipe's;
-- the data: the task's sample in ``../shared/data`` (sliced to a few short prompts);
+- the data: a few short prompts per task, from ``tests/fixtures`` (a few rows of each sample, their source and
+  licence beside them), or from the full samples in ``$ACPO_DATA_DIR`` (a folder laid out like ``../shared/data``);
 - vLLM and bf16 off (``use_cpu``), two steps, a temporary output_dir, no checkpoints, no progress bar;
 - the reward: a random tiny model earns none, and a group of equal rewards has zero advantage, so zero gradient and
   a vacuous update. Each of the recipe's reward functions runs as written (its scores are checked), and the test adds
@@ -32,10 +33,20 @@ CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 STUDY = CONFIGS / "study"
 RECIPES = sorted(p for task in ("math", "hitab", "countdown") for p in (CONFIGS / task).glob("*.yaml"))
 RECIPES += sorted(STUDY.glob("*.yaml"))
-#: The data samples: ``$ACPO_DATA_DIR``, else ``../shared/data`` beside the repository (its READMEs say where each
-#: sample comes from).
-DATA = Path(os.environ.get("ACPO_DATA_DIR") or Path(__file__).resolve().parents[2] / "shared" / "data")
-ABSENT = f"the task data samples are not at {DATA} (set ACPO_DATA_DIR to a folder like ../shared/data)"
+#: The data: the few rows per task in ``tests/fixtures`` (their READMEs give source, licence and the rows taken), or,
+#: with ``ACPO_DATA_DIR`` set, the full samples in that folder, laid out like ``../shared/data`` (its READMEs say
+#: where each sample comes from).
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+DATA = Path(os.environ.get("ACPO_DATA_DIR") or FIXTURES).resolve()
+#: Each sample's path (a glob) under the data folder: (in tests/fixtures, in a folder laid out like ../shared/data).
+FILES = {
+    "orz": ("math/orz.json", "orz_math_57k/orz_math_57k_collected.first1785.json"),
+    "countdown_train": ("countdown/train_nums_target.jsonl", "countdown/train_nums_target.jsonl"),
+    "countdown_test": ("countdown/test_nums_target.jsonl", "countdown/test_nums_target.jsonl"),
+    "hitab_train": ("hitab/train_processed_samples.jsonl", "hitab/train_processed_subset/*.jsonl"),
+    "hitab_tables": ("hitab/tables", "hitab/tables/raw"),
+    "hitab_test": ("hitab/test_samples.jsonl", "hitab/test_samples.jsonl"),
+}
 
 #: The architecture of each recipe's model (``config.architectures[0]`` of the real checkpoint); a recipe with a model
 #: not listed here fails, so that a new model gets a tiny stand-in of its own architecture.
@@ -54,6 +65,9 @@ MAX_COMPLETION_LENGTH = 8
 #: per byte, so the same prompts need a larger limit (HiTab's linearised tables are 1.3k bytes and more).
 MAX_PROMPT_BYTES = 2048
 STEPS = 2  # optimizer updates, all from the first rollout
+#: Distinct prompts per task slice: the most a rollout draws (off-policy recipes: a micro-batch of 2 x 16 steps per
+#: generation over 2 completions per prompt = 16 prompts; TRL's sampler drops an incomplete batch of prompts).
+MIN_PROMPTS = 16
 #: Fields the test sets; every other parsed field must be the recipe's. ``generation_batch_size`` follows from
 #: per_device_train_batch_size x steps_per_generation.
 OVERRIDDEN = {
@@ -90,35 +104,44 @@ def _write_jsonl(path: Path, records) -> str:
     return str(path)
 
 
+def data_paths(name: str) -> list[str]:
+    """The files (or folder) of sample ``name`` (``FILES``) under ``DATA``."""
+    pattern = FILES[name][0 if DATA == FIXTURES else 1]
+    paths = sorted(glob.glob(str(DATA / pattern)))
+    assert paths, f"no {DATA / pattern}: ACPO_DATA_DIR must be a folder laid out like ../shared/data"
+    return paths
+
+
 @pytest.fixture(scope="module")
 def samples(tmp_path_factory):
-    """task -> the data fields pointing at a slice of the task's sample: a few dozen records with short prompts
-    (None without the samples: the recipes that generate their tasks still run)."""
-    if not DATA.is_dir():
-        return None
+    """task -> the data fields pointing at a slice of the task's sample: 16 to 40 records with short prompts."""
     from acpo_trl.data.hitab import load_hitab
 
     out = tmp_path_factory.mktemp("samples")
-    orz = json.loads((DATA / "orz_math_57k/orz_math_57k_collected.first1785.json").read_text())
+    [orz_path] = data_paths("orz")
+    orz = [r for r in json.loads(Path(orz_path).read_text()) if len(r[0]["value"]) < 500][:40]
     math_path = out / "orz.json"
-    math_path.write_text(json.dumps([r for r in orz if len(r[0]["value"]) < 300][:40]))
+    math_path.write_text(json.dumps(orz))
 
-    countdown = (DATA / "countdown/train_nums_target.jsonl").read_text().splitlines()
-    countdown_held_out = (DATA / "countdown/test_nums_target.jsonl").read_text().splitlines()
+    [countdown_path], [countdown_test_path] = data_paths("countdown_train"), data_paths("countdown_test")
+    countdown = Path(countdown_path).read_text().splitlines()[:40]
+    countdown_held_out = Path(countdown_test_path).read_text().splitlines()
 
-    tables = DATA / "hitab/tables/raw"
-    shards = sorted(glob.glob(str(DATA / "hitab/train_processed_subset/*.jsonl")))
+    [tables] = data_paths("hitab_tables")
+    shards = data_paths("hitab_train")
     records = [json.loads(line) for shard in shards for line in Path(shard).read_text().splitlines()]
     prompts = load_hitab(shards, tables)["prompt"]
-    short = [r for r, p in zip(records, prompts) if len(p.encode()) <= MAX_PROMPT_BYTES * 3 // 4]
-    assert len(short) >= 24, "too few short HiTab prompts in the sample"
-    held_out = (DATA / "hitab/test_samples.jsonl").read_text().splitlines()[:4]
+    short = [r for r, p in zip(records, prompts) if len(p.encode()) <= MAX_PROMPT_BYTES * 3 // 4][:24]
+    [hitab_test_path] = data_paths("hitab_test")
+    held_out = Path(hitab_test_path).read_text().splitlines()[:4]
+    for task, rows in (("math", orz), ("countdown", countdown), ("hitab", short)):
+        assert len(rows) >= MIN_PROMPTS, f"{len(rows)} short {task} prompts under {DATA}, fewer than {MIN_PROMPTS}"
     return {
         "math": {"dataset_name": str(math_path)},
-        "countdown": {"dataset_name": _write_jsonl(out / "countdown.jsonl", map(json.loads, countdown[:40])),
+        "countdown": {"dataset_name": _write_jsonl(out / "countdown.jsonl", map(json.loads, countdown)),
                       "eval_dataset_name": _write_jsonl(out / "countdown_test.jsonl",
                                                         map(json.loads, countdown_held_out[:8]))},
-        "hitab": {"dataset_name": _write_jsonl(out / "hitab.jsonl", short[:24]), "hitab_tables_dir": str(tables),
+        "hitab": {"dataset_name": _write_jsonl(out / "hitab.jsonl", short), "hitab_tables_dir": tables,
                   "eval_dataset_name": _write_jsonl(out / "hitab_test.jsonl", map(json.loads, held_out))},
     }
 
@@ -138,6 +161,8 @@ def toy_size_overrides(path: Path, recipe: dict, models: dict, samples: dict, ou
     factor = recipe.get("gradient_accumulation_steps", 1)
     spg = recipe.get("steps_per_generation", factor)
     assert spg % factor == 0, f"{recipe_id(path)}: steps_per_generation {spg} is not a multiple of {factor}"
+    prompts = MICRO_BATCH * (spg // factor) // NUM_GENERATIONS
+    assert prompts <= MIN_PROMPTS, f"{recipe_id(path)}: {prompts} prompts per rollout, more than {MIN_PROMPTS}"
     overrides = {
         "model_name_or_path": models[ARCHITECTURES[recipe["model_name_or_path"]]],
         "num_generations": NUM_GENERATIONS,
@@ -191,8 +216,6 @@ def test_recipe_trains_at_toy_size(path, tiny_models, samples, tmp_path, monkeyp
     from acpo_trl.trainer import ACPOTrainer
 
     recipe = yaml.safe_load(path.read_text())
-    if "dataset_name" in recipe and samples is None:
-        pytest.skip(ABSENT)
     overrides = toy_size_overrides(path, recipe, tiny_models, samples, tmp_path / "out")
     assert set(overrides) <= OVERRIDDEN
     script_args, training_args, model_args = parsed = parse(path, overrides)

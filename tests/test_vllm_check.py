@@ -8,7 +8,10 @@ import torch
 
 from conftest import trainer_kwargs
 
-pytestmark = pytest.mark.skipif(torch.cuda.is_available(), reason="the refusal is for machines without a GPU")
+pytestmark = pytest.mark.skipif(
+    torch.cuda.is_available(),
+    reason="the refusal is for machines without a GPU; to check it here, hide the GPU: CUDA_VISIBLE_DEVICES= pytest",
+)
 
 
 @pytest.mark.parametrize(
