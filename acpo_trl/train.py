@@ -174,7 +174,8 @@ def run(script_args, training_args, model_args, callbacks=None):
             with open(os.path.join(training_args.output_dir, "eval_before_after.json"), "w") as f:
                 json.dump({"before": before, "after": after}, f, indent=2)
             plot_training_curves(entries, os.path.join(training_args.output_dir, "training_curves.png"),
-                                 title=f"{script_args.task}: {training_args.policy_loss}")
+                                 title=f"{script_args.task}: {training_args.policy_loss}",
+                                 updates_per_rollout=training_args.updates_per_rollout)
             if training_args.diagnostics:
                 write_diagnostics_plots(entries, training_args)
             report = write_report(os.path.join(training_args.output_dir, "report.md"), script_args, training_args,

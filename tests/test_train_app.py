@@ -49,6 +49,75 @@ def test_acpo_train_writes_report_plot_and_metrics(tmp_path, tiny_dir):
     assert trainer.task_name == "toy"
 
 
+def _eps_entries(upr, rollouts, eps, reward_every_rollout=True):
+    """metrics.jsonl-like entries: ``eps(r, k, b)`` at update k of rollout r, one entry per optimizer step (1-based),
+    the reward logged at each rollout's first step, and the trainer's closing summary entry."""
+    entries = []
+    for step in range(1, upr * rollouts + 1):
+        r, k = divmod(step - 1, upr)
+        entry = {"step": step, "loss": 0.1, **{f"acpo/bin{b}/eps": eps(r, k, b) for b in range(3)}}
+        if k == 0 and reward_every_rollout:
+            entry["reward"] = 0.1 * r
+        entries.append(entry)
+    return entries + [{"step": upr * rollouts, "train_runtime": 1.0}]
+
+
+def test_clip_ranges_by_update_index_within_the_rollout():
+    """k = (step - 1) % U from the caller's U, else from the diagnostics' k or the rollout starts (reward steps);
+    eps_b is grouped by k over rollouts, not by step."""
+    from acpo_trl.plots import eps_by_update, mean_eps_by_update, update_indices
+
+    entries = _eps_entries(4, 3, lambda r, k, b: 0.2 + 0.1 * k * (b + 1) + 0.01 * r)
+    assert update_indices(entries, 4.0) == [0, 1, 2, 3] * 3 + [3]
+    assert update_indices(entries) == [0, 1, 2, 3] * 3 + [3]  # from the steps that log a reward
+    assert update_indices([{"step": 1, "diag/k2/bin0/acpo_eps": 0.3}]) == [2]
+    cells, source = eps_by_update(entries, 4)
+    assert source == "acpo" and cells[2][3] == pytest.approx([1.1, 1.11, 1.12])
+    means = mean_eps_by_update(cells)
+    assert sorted(means) == [0, 1, 2] and sorted(means[0]) == [0, 1, 2, 3]
+    assert (means[0][0], means[1][2], means[2][3]) == pytest.approx((0.21, 0.61, 1.11))
+    assert mean_eps_by_update(eps_by_update(entries)[0]) == means
+    # a run with no bin method but diagnostics: ACPO's rule per logged k
+    diag = [{"step": s, f"diag/k{(s - 1) % 2}/bin0/acpo_eps": 0.2 + 0.4 * ((s - 1) % 2)} for s in range(1, 5)]
+    cells, source = eps_by_update(diag)
+    assert source == "diag" and mean_eps_by_update(cells) == {0: {0: pytest.approx(0.2), 1: pytest.approx(0.6)}}
+    assert eps_by_update([{"step": 1, "reward": 0.5}]) == ({}, "")
+
+
+def test_training_curves_draw_the_eps_one_line_and_say_on_policy(tmp_path, monkeypatch):
+    """The clip-range panel: one line per bin over k, the dashed line eps = 1 in view once eps comes near it, the
+    bins whose mean passes 1 named in the title; on-policy (U = 1) said in the title with no curve."""
+    import acpo_trl.plots as plots
+
+    panels = {}
+    original = plots.save_figure
+
+    def capture(plt, fig, out_png, title="", dpi=100):
+        ax = fig.axes[1]
+        panels[out_png] = (ax.get_title(), [(ln.get_label(), list(ln.get_xdata()), list(ln.get_ydata()),
+                                             ln.get_linestyle()) for ln in ax.get_lines()], ax.get_ylim())
+        return original(plt, fig, out_png, title, dpi)
+
+    monkeypatch.setattr(plots, "save_figure", capture)
+    drift = _eps_entries(4, 3, lambda r, k, b: 0.2 + 0.4 * k * (b == 0) + 0.05 * k)
+    png = plots.plot_training_curves(drift, str(tmp_path / "drift.png"), updates_per_rollout=4)
+    assert (tmp_path / "drift.png").stat().st_size > 10_000
+    title, lines, ylim = panels[png]
+    bins = {label: (x, y) for label, x, y, _ in lines if label.startswith("bin")}
+    assert bins["bin 0"][0] == [0, 1, 2, 3] and bins["bin 0"][1] == pytest.approx([0.2, 0.65, 1.1, 1.55])
+    assert [y for label, _, y, style in lines if label.startswith("eps = 1") and style == "--"] == [[1.0, 1.0]]
+    assert ylim[0] <= 1.0 <= ylim[1] and "bin(s) 0 from k = 2" in title and "void" in title
+    near = _eps_entries(4, 2, lambda r, k, b: 0.2 + 0.15 * k)  # max 0.65: below 1 but near it
+    title, lines, ylim = panels[plots.plot_training_curves(near, str(tmp_path / "near.png"))]
+    assert any(label.startswith("eps = 1") for label, *_ in lines) and ylim[1] > 1.0 and "lower clip kept" in title
+    low = _eps_entries(4, 2, lambda r, k, b: 0.2 + 0.02 * k)
+    title, lines, ylim = panels[plots.plot_training_curves(low, str(tmp_path / "low.png"), updates_per_rollout=4)]
+    assert not any(label.startswith("eps = 1") for label, *_ in lines) and ylim[1] < 1.0 and "< 1" in title
+    on_policy = _eps_entries(1, 4, lambda r, k, b: 0.2)
+    title, lines, _ = panels[plots.plot_training_curves(on_policy, str(tmp_path / "on.png"), updates_per_rollout=1)]
+    assert lines == [] and title.startswith("on-policy") and "0.20" in title
+
+
 @pytest.mark.slow
 def test_the_last_periodic_evaluation_is_the_after_training_one(tmp_path, tiny_dir, monkeypatch):
     """report_eval_steps dividing max_steps: the evaluation at the last step is reused as "after" (the model has
