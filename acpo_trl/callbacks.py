@@ -28,8 +28,8 @@ class MetricsJSONLCallback(TrainerCallback):
 
 
 class RewardProgressCallback(ProgressCallback):
-    """transformers' progress bar, with the latest reward and ACPO bin ranges as its postfix instead of printed
-    log dictionaries."""
+    """transformers' progress bar, with the latest reward, ACPO bin ranges and, with the drift guard on, the updates
+    taken in the current rollout and the rollouts cut short as its postfix instead of printed log dictionaries."""
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or self.training_bar is None or not logs:
@@ -40,5 +40,8 @@ class RewardProgressCallback(ProgressCallback):
         eps = [logs[k] for k in sorted(logs) if k.startswith("acpo/bin") and k.endswith("/eps") and logs[k] is not None]
         if eps:
             postfix["eps"] = "/".join(f"{e:.2f}" for e in eps)
+        if logs.get("drift_guard/updates_in_rollout") is not None:
+            postfix["updates/rollout"] = f"{logs['drift_guard/updates_in_rollout']:.0f}/{args.updates_per_rollout:g}"
+            postfix["cut"] = f"{logs['drift_guard/rollouts_cut']:.0f}"
         if postfix:
             self.training_bar.set_postfix(postfix, refresh=False)

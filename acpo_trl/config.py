@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, fields
 
 from trl import GRPOConfig
 
@@ -14,6 +15,8 @@ logger = logging.getLogger(__name__)
 TRL_LOSS = "trl"  # policy_loss: TRL's own objective, computed by GRPOTrainer's code
 # TRL's loss types that are objectives of their own, not aggregations of a per-token loss.
 TRL_OBJECTIVES = ("cispo", "sapo", "vespo")
+# The drift guard's measures (acpo_trl/drift_guard.py).
+DRIFT_MEASURES = ("ratio_std", "kl")
 
 
 @dataclass
@@ -112,6 +115,23 @@ class ACPOConfig(GRPOConfig):
             `bin_clip_ranges`). Another K bins the clip fractions at K and reports the ranges ACPO's ratio rule
             would set there (e.g. 5 for a run with `acpo_num_bins: 1`, to compare its clipping per bin).
 
+        > Drift guard (see `acpo_trl/drift_guard.py` and docs/RESULTS.md, "A drift guard")
+
+        drift_guard (`str` or `None`, *optional*, defaults to `None`):
+            Stop reusing a rollout once its off-policy drift passes `drift_guard_threshold`: before each optimizer
+            update, the drift of the mini-batch about to be used is measured on the forward pass the update makes
+            (its first micro-batch on every process, summed over processes). `"ratio_std"`: the std of the importance
+            ratio r over the tokens whose current probability is below 1 / `acpo_num_bins` (ACPO's bin 0, the drift
+            map's measure); `"kl"`: the approximate KL k3 = mean(r - 1 - log r) over all tokens (PPO's `target_kl`).
+            Past the threshold that update and the rollout's remaining ones are not applied (no backward pass, no
+            optimizer movement) and the next rollout is sampled on schedule. `None`: off.
+        drift_guard_threshold (`float` or `None`, *optional*, defaults to `None`):
+            The threshold (> 0) of `drift_guard`; e.g. 0.3 for `"ratio_std"`, past which the drift map
+            (docs/RESULTS.md) finds off-policy updates harmful.
+        num_rollouts (`int` or `None`, *optional*, defaults to `None`):
+            Run length in rollouts: sets `max_steps` to `num_rollouts` x the updates per rollout, so that a guarded
+            and an unguarded run sample the same completions (a skipped update still counts as a step).
+
         > Speed
 
         share_prompt_prefix (`bool`, *optional*, defaults to `False`):
@@ -171,6 +191,15 @@ class ACPOConfig(GRPOConfig):
         default_factory=list,
         metadata={"help": "Regular expressions of the parameters of the gradient diagnostics (empty: all)."},
     )
+    drift_guard: str | None = field(
+        default=None, metadata={"help": f"Stop reusing a rollout past a drift: one of {DRIFT_MEASURES} (None: off)."}
+    )
+    drift_guard_threshold: float | None = field(
+        default=None, metadata={"help": "drift_guard: the threshold (> 0), e.g. 0.3 for 'ratio_std'."}
+    )
+    num_rollouts: int | None = field(
+        default=None, metadata={"help": "Run length in rollouts (sets max_steps = num_rollouts x updates per rollout)."}
+    )
     diagnostics_num_bins: int | None = field(
         default=None, metadata={"help": "Probability bins of the diagnostics (default: the method's own)."}
     )
@@ -192,6 +221,8 @@ class ACPOConfig(GRPOConfig):
             self.num_iterations = method.passes_per_rollout
         super().__post_init__()
         self._validate(method)
+        if self.num_rollouts is not None:
+            self.max_steps = self._steps_of_rollouts()
         if self.is_on_policy and self.policy_loss in ("acpo", "acpo_log"):
             logger.warning(
                 "ACPOConfig is on-policy: gradient_accumulation_steps (%d) is a multiple of steps_per_generation * "
@@ -203,6 +234,35 @@ class ACPOConfig(GRPOConfig):
                 self.num_iterations,
                 self.acpo_base_clip,
             )
+
+    def _check_numbers(self) -> None:
+        """Every float field ACPOConfig adds to GRPOConfig (found by walking the dataclass, not from a list): a finite
+        number >= 0, or None where its type allows None. NaN or an infinity would turn every loss into NaN silently.
+        A method's own ranges (e.g. cispo_mask_low < 1) are checked by its validator."""
+        for spec in fields(self):
+            if spec.name in _GRPO_FIELDS or spec.type not in ("float", "float | None"):
+                continue
+            value = getattr(self, spec.name)
+            if value is None and spec.type == "float | None":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+                none = " (or None)" if spec.type == "float | None" else ""
+                raise ValueError(f"ACPOConfig.{spec.name}={value!r}: must be a finite number >= 0{none}.")
+
+    def _steps_of_rollouts(self) -> int:
+        """max_steps for ``num_rollouts`` rollouts (a whole number of updates per rollout)."""
+        if isinstance(self.num_rollouts, bool) or not isinstance(self.num_rollouts, int) or self.num_rollouts < 1:
+            raise ValueError(f"ACPOConfig.num_rollouts={self.num_rollouts!r}: must be an integer >= 1.")
+        updates = self.updates_per_rollout
+        if updates != int(updates):
+            raise ValueError(f"ACPOConfig.num_rollouts={self.num_rollouts!r}: a rollout holds {updates:g} optimizer "
+                             "updates (steps_per_generation x num_iterations / gradient_accumulation_steps); make it a "
+                             "whole number, or set max_steps instead.")
+        steps = self.num_rollouts * int(updates)
+        if self.max_steps not in (-1, steps):
+            raise ValueError(f"ACPOConfig.num_rollouts={self.num_rollouts!r}: {steps} steps, but max_steps="
+                             f"{self.max_steps}; set one of them.")
+        return steps
 
     @property
     def method(self) -> PolicyLoss | None:
@@ -231,6 +291,17 @@ class ACPOConfig(GRPOConfig):
 
         def fail(name: str, message: str) -> None:
             raise ValueError(f"ACPOConfig.{name}={getattr(self, name)!r}: {message}")
+
+        self._check_numbers()
+        if self.drift_guard is not None:
+            if self.drift_guard not in DRIFT_MEASURES:
+                fail("drift_guard", f"must be one of {DRIFT_MEASURES}, or None to turn the guard off.")
+            if self.drift_guard_threshold is None or self.drift_guard_threshold <= 0:
+                fail("drift_guard_threshold", f"drift_guard={self.drift_guard!r} needs a threshold > 0 (e.g. 0.3 for "
+                     "'ratio_std').")
+        elif self.drift_guard_threshold is not None:
+            fail("drift_guard_threshold", "has no effect without drift_guard: set drift_guard ('ratio_std' or 'kl') "
+                 "or leave the threshold unset.")
 
         if self.dual_clip_c is not None and self.dual_clip_c <= 1:
             fail("dual_clip_c", "must be > 1 (the paper uses 3.0), or None to disable the dual-clip.")
@@ -269,3 +340,6 @@ class ACPOConfig(GRPOConfig):
         if self.importance_sampling_level != "token":
             fail("importance_sampling_level", f"GSPO's sequence-level ratio is TRL's objective; policy_loss="
                  f"{self.policy_loss!r} is token-level (ACPO bins tokens): set policy_loss='trl' for GSPO.")
+
+
+_GRPO_FIELDS = frozenset(spec.name for spec in fields(GRPOConfig))

@@ -50,6 +50,13 @@ def write_report(path: str, script_args, training_args, model_name: str, before:
         "|---|---|---|",
     ]
     lines += [f"| {k} | {before.get(k, float('nan')):.4f} | {after[k]:.4f} |" for k in keys]
+    if training_args.drift_guard is not None:
+        from .drift_guard import guard_summary
+
+        last = next((e for e in reversed(entries) if e.get("drift_guard/updates_applied") is not None), {})
+        lines += ["", "Drift guard: " + guard_summary(training_args, int(last.get("drift_guard/updates_applied", 0)),
+                                                      int(last.get("drift_guard/rollouts_cut", 0)),
+                                                      entries[-1]["step"] if entries else 0)]
     last_eps = next((e for e in reversed(entries) if any(k.endswith("/eps") for k in e)), None)
     if last_eps:
         eps = {k: v for k, v in last_eps.items() if k.startswith("acpo/bin") and k.endswith("/eps")}

@@ -8,20 +8,28 @@ applies around the policy term (its off-policy sequence mask and top-entropy mas
 correction, KL to the reference model), with TRL's helpers; and the aggregation with ``loss_type`` and
 gradient-accumulation normalisation (:func:`~acpo_trl.losses.aggregate_loss`), then TRL's entropy bonus and MoE aux
 loss. Metrics are logged with one all-reduce per micro-batch.
+
+With ``drift_guard`` set, each optimizer update first measures the drift of its mini-batch on the forward pass it makes
+(:mod:`acpo_trl.drift_guard`) and, past the threshold, that update and the rollout's remaining ones are skipped. A
+checkpoint keeps TRL's micro-step counter, the rollout being reused and the guard's state, so that a run resumed
+mid-rollout goes on with the same rollout and schedule (TRL alone samples a new rollout on resume).
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 import textwrap
 from typing import NamedTuple
 
 import torch
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 from trl import GRPOTrainer
 
 from .config import ACPOConfig
 from .diagnostics.hook import update_index
+from .drift_guard import DriftGuardState, UpdateSkipped, drift_measure, drift_sums, guard_summary
 from .host_memory import release_freed_memory
 from .hub import HubUnreachableError, check_hub_reachable
 from .losses import AggregatedLoss, PolicyLossInputs, aggregate_loss, reduce_metrics
@@ -80,6 +88,8 @@ class ACPOTrainer(GRPOTrainer):
         check_vllm_device(args)
         super().__init__(model, reward_funcs, args, *pargs, **kwargs)
         self.method = args.method  # None: TRL's own objective
+        self.drift_guard = DriftGuardState() if args.drift_guard is not None else None
+        self._guard_inputs = None  # policy_loss="trl": the micro-batch whose forward the guard measures
         self.method_needs = self.method.needs_for(args) if self.method is not None else frozenset()
         self.policy_loss_fn = self.method  # the diagnostics wrap it
         # ACPO's ratio rule can open eps past 1, where its lower clip vanishes: say so once (_say_if_lower_clip_void)
@@ -113,7 +123,8 @@ class ACPOTrainer(GRPOTrainer):
         if self.is_world_process_zero():
             path = os.path.join(self.args.output_dir, "README.md")
             with open(path, "a", encoding="utf-8") as f:
-                f.write("\n" + acpo_card_section(self.args, self.task_name or dataset_name))
+                f.write("\n" + acpo_card_section(self.args, self.task_name or dataset_name, self.drift_guard,
+                                                  self.state.global_step))
 
     def push_to_hub(self, *args, **kwargs):
         """``Trainer.push_to_hub`` after checking that the Hub is reachable; a failed upload names its cause."""
@@ -141,10 +152,72 @@ class ACPOTrainer(GRPOTrainer):
         self._release_host_memory()
         return output
 
-    def training_step(self, *args, **kwargs):
-        loss = super().training_step(*args, **kwargs)
+    def training_step(self, model, inputs, num_items_in_batch=None):
+        """TRL's micro-step, unless the drift guard stopped the current rollout: then nothing is computed (no
+        forward, no backward) and only TRL's micro-step counter moves on, so the next rollout comes on schedule."""
+        guard = self.drift_guard
+        if guard is not None:
+            if self._step % (self.args.steps_per_generation * self.num_iterations) == 0:
+                guard.start_rollout()
+            first_of_update = self._step % self.args.gradient_accumulation_steps == 0
+            if first_of_update:
+                guard.last_measure = math.nan  # measured below unless the rollout was cut
+            try:
+                loss = None if guard.rollout_cut else super().training_step(model, inputs, num_items_in_batch)
+            except UpdateSkipped:
+                loss = None
+            if first_of_update:
+                for name, value in guard.metrics().items():
+                    self._metrics["train"][name].append(value)
+            if loss is None:
+                model.train()  # as Trainer.training_step: the step's logs are training logs (TRL reads the mode)
+                self._step += 1
+                loss = torch.zeros((), device=self.accelerator.device)
+        else:
+            loss = super().training_step(model, inputs, num_items_in_batch)
         self._release_host_memory()
         return loss
+
+    def _check_drift(self, logps: torch.Tensor, old_logps: torch.Tensor | None, mask: torch.Tensor) -> None:
+        """The drift guard, on the first micro-batch of each optimizer update in training: the measure summed over
+        processes (one all-reduce, at the same micro-step on every rank) and, past the threshold, ``UpdateSkipped``
+        before any backward pass of the update."""
+        if self.drift_guard is None or not self.model.training or self._step % self.args.gradient_accumulation_steps:
+            return
+        old_logps = logps.detach() if old_logps is None else old_logps  # on-policy: TRL skipped old log-probs
+        sums = self._all_reduce_sum(drift_sums(logps, old_logps, mask, self.args.acpo_num_bins))
+        if self.drift_guard.record(drift_measure(sums, self.args.drift_guard), self.args.drift_guard_threshold):
+            raise UpdateSkipped
+
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        """``Trainer.train``; a resumed run first restores the rollout state its checkpoint saved."""
+        if resume_from_checkpoint is True:
+            resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
+        if isinstance(resume_from_checkpoint, str):
+            self._load_rollout_state(resume_from_checkpoint)
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def _rollout_state_file(self, checkpoint: str) -> str:
+        return os.path.join(checkpoint, f"rollout_state_{self.accelerator.process_index}.pt")
+
+    def _save_checkpoint(self, model, trial):
+        """Trainer's checkpoint, plus this process's rollout state: TRL's micro-step counter, the rollout being
+        reused and the drift guard's state."""
+        super()._save_checkpoint(model, trial)
+        folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
+        state = {"step": self._step, "buffered_inputs": self._buffered_inputs,
+                 "drift_guard": self.drift_guard.to_dict() if self.drift_guard is not None else None}
+        torch.save(state, self._rollout_state_file(folder))
+
+    def _load_rollout_state(self, checkpoint: str) -> None:
+        path = self._rollout_state_file(checkpoint)
+        if not os.path.exists(path):  # a checkpoint of another trainer: TRL's resume (a new rollout)
+            logger.warning("%s has no rollout state: the resumed run samples a new rollout.", checkpoint)
+            return
+        state = torch.load(path, map_location=self.accelerator.device, weights_only=False)
+        self._step, self._buffered_inputs = state["step"], state["buffered_inputs"]
+        if self.drift_guard is not None and state["drift_guard"] is not None:
+            vars(self.drift_guard).update(state["drift_guard"])
 
     def _release_host_memory(self) -> None:
         """On CPU, return what freed tensors left in the C heap to the OS between phases (:mod:`acpo_trl.host_memory`)."""
@@ -173,8 +246,18 @@ class ACPOTrainer(GRPOTrainer):
         start = self.accelerator.process_index * logppl.size(0)
         return z.flatten()[start : start + logppl.size(0)]
 
-    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
-                                           compute_entropy=False, compute_aux_loss=False, **model_inputs):
+    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
+        """:meth:`_logps_and_entropies`; on TRL's own loss path with the drift guard on, the guard measures the
+        forward of the micro-batch TRL's ``_compute_loss`` makes first (its current policy's log-probs)."""
+        output = self._logps_and_entropies(*args, **kwargs)
+        if self._guard_inputs is not None:
+            inputs, self._guard_inputs = self._guard_inputs, None
+            mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
+            self._check_drift(output[0], inputs.get("old_per_token_logps"), mask)
+        return output
+
+    def _logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                             compute_entropy=False, compute_aux_loss=False, **model_inputs):
         """TRL's per-token log-probs and entropies; with ``share_prompt_prefix``, when every row shares at least
         ``MIN_SHARED_TOKENS`` leading tokens, the shared prefix and each distinct prompt run once and each chunk of
         ``batch_size`` rows runs only its completion against its prompt's cache (:mod:`acpo_trl.shared_prefix`).
@@ -206,9 +289,14 @@ class ACPOTrainer(GRPOTrainer):
 
     def _compute_loss(self, model, inputs):
         if self.method is None:  # policy_loss="trl": TRL's own objective, by TRL's code
-            return super()._compute_loss(model, inputs)
+            self._guard_inputs = inputs if self.drift_guard is not None else None
+            try:
+                return super()._compute_loss(model, inputs)
+            finally:
+                self._guard_inputs = None
         mode = "train" if self.model.training else "eval"
         forward = self._forward(model, inputs)
+        self._check_drift(forward.logps, forward.old_logps, forward.mask)
         output = self.policy_loss_fn(self._policy_loss_inputs(inputs, forward), self.args)
         per_token_loss, metrics = self._with_trl_terms(output.per_token_loss, dict(output.metrics), inputs, forward)
         aggregated = self._aggregate(per_token_loss, forward.mask, inputs, mode)
@@ -363,8 +451,9 @@ class ACPOTrainer(GRPOTrainer):
             "ACPO's lower clip is void: eps > 1 in probability bin(s) %s (eps %s) at update %d of %d of a rollout "
             "(optimizer step %d), so 1 - eps < 0 and %s negative-advantage tokens there. "
             "Where the ratio drifts this far, ACPO at alpha 3 degraded most on the testbed (docs/RESULTS.md, \"The "
-            "drift map\"): fewer updates per rollout, a lower learning rate or acpo_clip_max < 1 (the authors' 0.5) "
-            "keep it. Said once per run.",
+            "drift map\"): fewer updates per rollout, a lower learning rate, acpo_clip_max < 1 (the authors' 0.5), "
+            "or the drift guard (drift_guard: ratio_std, drift_guard_threshold: 0.3: no more updates on a rollout "
+            "past that drift) keep it. Said once per run.",
             ", ".join(map(str, bins)), eps, k + 1, updates, self.state.global_step + 1, bound)
 
 
@@ -380,8 +469,9 @@ class _Forward(NamedTuple):
     entropy_mask: torch.Tensor | None
 
 
-def acpo_card_section(args: ACPOConfig, task: str | None) -> str:
-    """The model card's training-method section for ``args`` (Markdown)."""
+def acpo_card_section(args: ACPOConfig, task: str | None, guard: DriftGuardState | None = None, steps: int = 0) -> str:
+    """The model card's training-method section for ``args`` (Markdown), with how often the drift guard acted in
+    ``steps`` optimizer steps."""
     upr = args.updates_per_rollout
     regime = "on-policy (one update per rollout)" if args.is_on_policy else (
         "near on-policy" if upr <= 2 else "off-policy"
@@ -403,6 +493,8 @@ def acpo_card_section(args: ACPOConfig, task: str | None) -> str:
         f"| bin statistics | {args.acpo_stats_scope} |",
         f"| loss aggregation | `{args.loss_type}` |",
         f"| regime | {regime}: {upr:g} optimizer updates per rollout |",
+        "| drift guard | " + (guard_summary(args, guard.updates_applied, guard.rollouts_cut, steps) if guard else "off")
+        + " |",
         f"| completions per prompt | {args.num_generations} |",
         f"| learning rate | {args.learning_rate} |",
         f"| task | {task or 'unspecified'} |",

@@ -58,6 +58,10 @@ needs_deepspeed = pytest.mark.skipif(
     reason='deepspeed is not installed: DS_BUILD_OPS=0 pip install --no-build-isolation "deepspeed==0.19.8" '
            "after torch, as .ci/run does (docs/distributed_and_notebook.md)")
 MICRO_STEPS = 4  # max_steps 4 x gradient_accumulation_steps 1
+# The drift guard at a threshold below any drift, with 2 micro-batches per update and 3 updates per rollout: every
+# rollout applies its first update (r = 1: k3 = 0) and is cut at its second; 2 rollouts in 6 steps.
+GUARD = {"drift_guard": "kl", "drift_guard_threshold": 1e-12, "gradient_accumulation_steps": 2,
+         "steps_per_generation": 6, "max_steps": 6}
 BASE, ALPHA, EPS_MIN, EPS_MAX, STD_EPS = 0.2, 3.0, 0.0, 3.0, 1e-8
 
 
@@ -155,6 +159,14 @@ def check_matches_ddp(ranks: list[dict], ddp: list[dict], first_step: int = 0) -
             "acpo/bin0/eps", "grad_norm"} <= names
 
 
+def same_weights(a: Path, b: Path) -> bool:
+    """Whether two runs saved the same final weights, bit for bit."""
+    from safetensors.torch import load_file
+
+    ours, theirs = load_file(a / "model.safetensors"), load_file(b / "model.safetensors")
+    return sorted(ours) == sorted(theirs) and all(ours[k].equal(theirs[k]) for k in ours)
+
+
 def pooled_eps(records: list[dict]) -> list[float]:
     """eps_b from the ranks' own per-bin count / mean / std pooled into one batch (population variance)."""
     eps = []
@@ -188,7 +200,8 @@ def ddp_runs(tmp_path_factory, tiny_model_dir):
     """One 2-process DDP launch training the global-statistics recipe (every diagnostic on), then the local one."""
     work = tmp_path_factory.mktemp("ddp")
     recipes = [write_recipe(work, tiny_model_dir, "global", **DIAGNOSTICS),
-               write_recipe(work, tiny_model_dir, "local", acpo_stats_scope="local")]
+               write_recipe(work, tiny_model_dir, "local", acpo_stats_scope="local"),
+               write_recipe(work, tiny_model_dir, "guard", **GUARD)]
     launch(DDP_CONFIG, work / "records", recipes)
     return work
 
@@ -226,6 +239,34 @@ def test_ddp_two_processes_local_clip_ranges_differ_across_ranks(ddp_runs):
     assert all(sum(r["count"]) <= 4 * 8 for pair in pairs for r in pair)
 
 
+def guard_logs(rank: dict) -> list[dict]:
+    return [{k: v for k, v in e.items() if k.startswith("drift_guard/")} for e in rank["log_history"]
+            if "drift_guard/updates_in_rollout" in e]
+
+
+def check_guard_acted(ranks: list[dict], applied_records: int = 2 * 2) -> None:
+    """Both ranks took the guard's decisions together: each rollout applied one update and was cut at its second;
+    the optimizer moved twice in 6 steps; only the applied updates' micro-batches reached ACPO's loss (4: 2 updates
+    x 2 micro-batches; the cut update's first micro-batch stops before its loss); the ranks logged the same
+    measures (the global k3)."""
+    for rank in ranks:
+        assert rank["global_step"] == 6 and rank["optimizer_steps"] == 2
+        assert rank["drift_guard"]["updates_applied"] == 2 and rank["drift_guard"]["rollouts_cut"] == 2
+        assert len(rank["records"]) == applied_records
+    logs = [guard_logs(rank) for rank in ranks]
+    assert logs[0] == logs[1] and len(logs[0]) == 6
+    assert [e["drift_guard/updates_in_rollout"] for e in logs[0]] == [1, 1, 1, 1, 1, 1]
+    assert [e["drift_guard/rollouts_cut"] for e in logs[0]] == [0, 1, 1, 1, 2, 2]
+    assert logs[0][1]["drift_guard/measure"] > 1e-12 and "drift_guard/measure" not in logs[0][2]
+
+
+@pytest.mark.slow
+def test_ddp_drift_guard_takes_one_decision_on_both_ranks(ddp_runs):
+    ranks = load_ranks(ddp_runs / "records", "guard")
+    check_guard_acted(ranks)
+    assert (ddp_runs / "out_guard" / "model.safetensors").exists()
+
+
 @pytest.mark.slow
 @needs_deepspeed
 def test_deepspeed_zero2_on_cpu_matches_ddp(tmp_path, tiny_model_dir, ddp_runs):
@@ -246,15 +287,31 @@ def test_deepspeed_zero2_on_cpu_matches_ddp(tmp_path, tiny_model_dir, ddp_runs):
 @needs_deepspeed
 def test_deepspeed_zero3_on_cpu_with_diagnostics_resumes_and_matches_ddp(tmp_path, tiny_model_dir, ddp_runs):
     """ZeRO-3 (weights, gradients and optimizer states partitioned) with every diagnostic on: the uninterrupted run
-    saves checkpoints at steps 2 and 4; a second run, in the same processes, resumes from checkpoint-2."""
+    saves checkpoints at steps 2 and 4; a second run, in the same processes, resumes from checkpoint-2. Then the
+    drift guard under ZeRO-3: a guarded run, and a run resumed from its checkpoint taken mid-rollout after a cut."""
     save = {"save_strategy": "steps", "save_steps": 2, **DIAGNOSTICS}
     full = write_recipe(tmp_path, tiny_model_dir, "zero3", **save)
     checkpoint = tmp_path / "out_zero3" / "checkpoint-2"
     resumed = write_recipe(tmp_path, tiny_model_dir, "zero3_resumed", resume_from_checkpoint=str(checkpoint), **save)
+    # The drift guard under ZeRO-3, checkpointed at step 2 (right after the first rollout's cut, mid-rollout) and
+    # resumed from there.
+    guard_save = {**GUARD, "save_strategy": "steps", "save_steps": 2}
+    guard = write_recipe(tmp_path, tiny_model_dir, "zero3_guard", **guard_save)
+    guard_resumed = write_recipe(tmp_path, tiny_model_dir, "zero3_guard_resumed", **guard_save,
+                                 resume_from_checkpoint=str(tmp_path / "out_zero3_guard" / "checkpoint-2"))
     # ACPO_TEST_ZERO3_RELEASE_AFTER_USE: ZeRO-3 releases each weight after every use (stage3_max_reuse_distance 0),
     # as for a model too large to keep them, so the gradient diagnostics meet partitioned weights.
-    launch(ZERO3_CPU_CONFIG, tmp_path / "records", [full, resumed], *DEEPSPEED_ARGS,
+    launch(ZERO3_CPU_CONFIG, tmp_path / "records", [full, resumed, guard, guard_resumed], *DEEPSPEED_ARGS,
            env={**DEEPSPEED_ENV, "ACPO_TEST_ZERO3_RELEASE_AFTER_USE": "1"})
+    guard_ranks = load_ranks(tmp_path / "records", "zero3_guard")
+    check_guard_acted(guard_ranks)
+    resumed_guard = load_ranks(tmp_path / "records", "zero3_guard_resumed")
+    for rank, uninterrupted in zip(resumed_guard, guard_ranks):
+        # steps 3-6 after the resume: step 3 still skipped (the restored cut), step 4 applied, 5 cut, 6 skipped
+        assert rank["drift_guard"] == uninterrupted["drift_guard"] and rank["optimizer_steps"] == 2
+        assert len(rank["records"]) == 2  # the applied update of the second rollout: its 2 micro-batches
+        assert guard_logs(rank)[2:] == guard_logs(uninterrupted)[2:]
+    assert same_weights(tmp_path / "out_zero3_guard", tmp_path / "out_zero3_guard_resumed")
     ranks = load_ranks(tmp_path / "records", "zero3")
     for rank in ranks:
         assert rank["distributed_type"] == "DistributedType.DEEPSPEED" and rank["backend"] == "gloo"
@@ -295,3 +352,52 @@ def test_ddp_diagnostics_with_a_zero_gradient_rank_log_the_same_keys(tmp_path, t
     assert ranks[0]["log_keys"] == ranks[1]["log_keys"]
     logged = set().union(*map(set, ranks[0]["log_keys"]))
     assert {"grad/angle_deg", "grad/share/bin0/pos", "diag/k1/bin4/ratio_std"} <= logged
+
+
+MULTI_NODE_CONFIG = REPO / "configs" / "accelerate" / "multi_node.yaml"
+
+
+@pytest.mark.slow
+@needs_deepspeed
+def test_multi_node_config_runs_as_two_machines(tmp_path, tiny_model_dir):
+    """``configs/accelerate/multi_node.yaml`` launched as two machines on one host: two ``accelerate launch``
+    processes, machine ranks 0 and 1, the main process at 127.0.0.1, one process each (gloo on CPU, DeepSpeed
+    ZeRO-3 as the file says). Each "node" runs in a folder of its own with a relative output_dir, as two machines
+    without a shared disk. Both take the same drift-guard decisions and use the same global clip ranges; the main
+    node writes the model, the trainer state and the model card, the other node only its own ZeRO-3 partition,
+    RNG and rollout state."""
+    recipe = write_recipe(tmp_path, tiny_model_dir, "nodes", **GUARD, save_strategy="steps", save_steps=2,
+                          output_dir="out")
+    port = free_port()
+    env = {**os.environ, **DEEPSPEED_ENV, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",
+           "HF_HUB_OFFLINE": "1"}
+    procs = []
+    for node in (0, 1):
+        folder = tmp_path / f"node{node}"
+        folder.mkdir()
+        cmd = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(MULTI_NODE_CONFIG),
+               "--num_processes", "2", "--machine_rank", str(node), "--main_process_ip", "127.0.0.1",
+               "--main_process_port", str(port), "--mixed_precision", "no", str(RECORDER), str(tmp_path / "records"),
+               "--config", str(recipe), *DEEPSPEED_ARGS]
+        procs.append(subprocess.Popen(cmd, cwd=folder, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                      text=True))
+    for node, proc in enumerate(procs):
+        try:
+            output, _ = proc.communicate(timeout=LAUNCH_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            pytest.fail(f"node {node} did not finish in {LAUNCH_TIMEOUT_S} s")
+        assert proc.returncode == 0, f"node {node} failed ({proc.returncode}):\n{output[-6000:]}"
+    ranks = load_ranks(tmp_path / "records", "nodes")
+    for rank in ranks:
+        assert rank["distributed_type"] == "DistributedType.DEEPSPEED" and rank["zero_stage"] == 3
+    check_guard_acted(ranks)
+    check_ranks_agree(ranks)  # acpo_stats_scope global: the same clip ranges on both nodes, bit for bit
+    main, other = tmp_path / "node0" / "out", tmp_path / "node1" / "out"
+    for written in ("model.safetensors", "README.md", "checkpoint-2/trainer_state.json", "checkpoint-2/model.safetensors"):
+        assert (main / written).exists() and not (other / written).exists(), written
+    assert "| drift guard | kl > 1e-12: cut 2 of 2 rollouts short, 2 of 6 updates applied |" in (
+        main / "README.md").read_text()
+    own = {p.relative_to(other / "checkpoint-2").as_posix() for p in (other / "checkpoint-2").rglob("*") if p.is_file()}
+    assert own and all("rank_1" in name or name.endswith("_1.pth") or name.endswith("_1.pt") for name in own), own

@@ -166,3 +166,28 @@ def test_acpo_log_keeps_a_lower_clip_where_acpos_vanishes():
     (g_acpo,) = torch.autograd.grad(acpo.per_token_loss[0, 0], logps)
     (g_log,) = torch.autograd.grad(log.per_token_loss[0, 0], logps)
     assert g_acpo[0, 0].item() == pytest.approx(0.02) and g_log[0, 0].item() == 0.0
+
+
+def test_bin_clip_is_acpo_with_its_ranges_frozen():
+    """bin_clip with each bin's range set to what ACPO computed on a batch gives ACPO's loss, gradient and clip
+    masks on that batch; its ranges do not follow the ratio (another batch keeps them); bad ranges fail naming the
+    field."""
+    from acpo_trl.losses import acpo_clip_range
+
+    logps, old_logps, advantages, mask = hand_batch()
+    eps, stats = acpo_clip_range(logps, old_logps, mask)
+    args = acpo_args(bin_clip_ranges=[float(e) for e in stats.eps])
+    outputs = []
+    for name in ("acpo", "bin_clip"):
+        logps.grad = None
+        out = get_policy_loss(name)(PolicyLossInputs(logps, old_logps, advantages, mask), args)
+        (out.per_token_loss * mask).sum().backward()
+        outputs.append((out, logps.grad.clone()))
+    (acpo, acpo_grad), (frozen, frozen_grad) = outputs
+    assert torch.equal(acpo.per_token_loss, frozen.per_token_loss) and torch.equal(acpo_grad, frozen_grad)
+    assert torch.equal(acpo.clipped_low, frozen.clipped_low) and torch.equal(acpo.clipped_high, frozen.clipped_high)
+    on_policy = get_policy_loss("bin_clip")(PolicyLossInputs(logps, logps.detach(), advantages, mask), args)
+    assert scalar_metrics(on_policy.metrics)["acpo/bin0/eps"][0] == pytest.approx(float(stats.eps[0]))  # not 0.2
+    for bad in (None, [], [0.2, math.nan], [0.2, -0.1], ["wide"]):
+        with pytest.raises(ValueError, match=r"ACPOConfig.bin_clip_ranges="):
+            get_policy_loss("bin_clip").validate_config(acpo_args(bin_clip_ranges=bad))

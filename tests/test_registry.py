@@ -70,9 +70,9 @@ def test_built_in_entries_declare_needs_passes_and_validation():
     ppl = get_policy_loss("ppl")
     assert ppl.needs_for(SimpleNamespace(reweight_base_loss="dapo")) == {"logppl_z"}
     assert ppl.needs_for(SimpleNamespace(reweight_base_loss="high_entropy")) == {"logppl_z", "entropies"}
-    with pytest.raises(ValueError, match="ACPOConfig.dapo_clip_high=-0.1"):
-        ppl.validate_config(SimpleNamespace(reweight_c=0.2, reweight_base_loss="dapo", dapo_clip_low=0.2,
-                                            dapo_clip_high=-0.1))
+    with pytest.raises(ValueError, match="ACPOConfig.entropy_token_fraction=0.0"):
+        ppl.validate_config(SimpleNamespace(reweight_c=0.2, reweight_base_loss="high_entropy",
+                                            entropy_token_fraction=0.0))
     with pytest.raises(ValueError, match="reweight_base_loss='ar_lopti'"):
         ppl.validate_config(SimpleNamespace(reweight_c=0.2, reweight_base_loss="ar_lopti"))
     with pytest.raises(ValueError, match="already registered"):

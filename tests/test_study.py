@@ -264,6 +264,39 @@ def test_real_model_grid_samples_the_same_rollouts_in_every_regime(tmp_path, cap
         type(specs[0])(specs[0].recipe, upr=3, rollout=64, rollouts=2)
 
 
+def test_ablation_grid_names_its_variants_and_reuses_the_committed_cells(tmp_path):
+    """The ablation's variants, fixed from ACPO's committed mean ranges: each names its options in its row and
+    folder, passes them to acpo-train (H3 diagnosed in 5 bins, which does not name it), and round-trips through the
+    worker queue; the references keep the committed run ids, so their committed runs are skipped."""
+    import json
+
+    from acpo_trl.study.grids import ACPO_MEAN_RANGES, ablation_grid
+    from acpo_trl.study.runner import spec_from_json
+    from acpo_trl.train import make_parser
+
+    specs = ablation_grid()
+    assert len(specs) == 3 * 16 + 2 * 16 + 3 * 8 and len({s.run_id for s in specs}) == len(specs)
+    assert {s.variant for s in specs} == {
+        "ppo_clip(epsilon=0.43)", "bin_clip(bin_clip_ranges=0.43/0.28/0.27/0.27/0.23)", "acpo(acpo_num_bins=1)",
+        "acpo", "dapo"}
+    by_variant = {s.variant: s for s in specs if s.seed == 9 and s.upr == 16}
+    assert by_variant["acpo"].run_id == "smollm2_addition@lr1e-06/acpo/upr16/seed9"
+    assert by_variant["acpo(acpo_num_bins=1)"].run_id == "smollm2_addition@lr1e-06/acpo-acpo_num_bins1/upr16/seed9"
+    parsed = {}
+    for variant, spec in by_variant.items():
+        assert spec_from_json(json.loads(json.dumps(spec.to_json()))) == spec
+        command = spec.command(tmp_path / "cell")
+        assert command[:3] == ["python", "-m", "acpo_trl.train"]  # recorded without this machine's path
+        parsed[variant] = make_parser().parse_args_and_config(args=command[3:])[1]
+    assert parsed["ppo_clip(epsilon=0.43)"].epsilon == 0.43 and parsed["ppo_clip(epsilon=0.43)"].policy_loss == "ppo_clip"
+    frozen = parsed["bin_clip(bin_clip_ranges=0.43/0.28/0.27/0.27/0.23)"]
+    assert tuple(frozen.bin_clip_ranges) == ACPO_MEAN_RANGES
+    one_bin = parsed["acpo(acpo_num_bins=1)"]
+    assert (one_bin.acpo_num_bins, one_bin.diagnostics_num_bins) == (1, 5)
+    assert all(s.seed < 8 for s in specs if s.upr == 2) and {s.method for s in specs if s.upr == 2} == {
+        "ppo_clip", "bin_clip", "acpo"}
+
+
 @pytest.mark.slow
 def test_recipe_study_runs_acpo_train_per_cell_and_reports(tmp_path, tiny_dir, capsys):
     import yaml

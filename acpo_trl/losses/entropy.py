@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .ppo import check_non_negative, fixed_clip_loss
+from .ppo import fixed_clip_loss
 from .registry import PolicyLossInputs, PolicyLossOutput, register_policy_loss
 
 
@@ -34,7 +34,6 @@ def validate_entropy(config) -> None:
     if not 0 < config.entropy_token_fraction < 1:
         raise ValueError(f"ACPOConfig.entropy_token_fraction={config.entropy_token_fraction!r}: must be in (0, 1) "
                          "(the paper uses 0.2).")
-    check_non_negative(config, "dapo_clip_low", "dapo_clip_high")
 
 
 def _entropy_selected_loss(inputs: PolicyLossInputs, config, highest: bool) -> PolicyLossOutput:

@@ -15,13 +15,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .ppo import check_non_negative, fixed_clip_loss
+from .ppo import fixed_clip_loss
 from .registry import PolicyLossInputs, PolicyLossOutput, register_policy_loss
 from .reweight import dominate_weights
 
 
 def validate_ar_lopti(config) -> None:
-    check_non_negative(config, "ar_lopti_clip_low", "ar_lopti_clip_high")
     if not 0 < config.lopti_prob_threshold < 1:
         raise ValueError(f"ACPOConfig.lopti_prob_threshold={config.lopti_prob_threshold!r}: must be in (0, 1) (the "
                          "paper uses 0.5).")

@@ -22,13 +22,6 @@ def fixed_clip_loss(
     return PolicyLossOutput(out.loss, metrics, out.clipped_high, out.clipped_low)
 
 
-def check_non_negative(config, *names: str) -> None:
-    """Raise naming the first of the config fields ``names`` that is negative."""
-    for name in names:
-        if getattr(config, name) < 0:
-            raise ValueError(f"ACPOConfig.{name}={getattr(config, name)!r}: must be >= 0.")
-
-
 @register_policy_loss("ppo_clip")
 def ppo_clip_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
     """TRL's GRPO clip: range [1 - epsilon, 1 + epsilon_high] (epsilon_high defaults to epsilon), TRL's
@@ -38,7 +31,7 @@ def ppo_clip_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
     return fixed_clip_loss(inputs, config.epsilon, eps_high, config.dual_clip_c, ratio_max=config.delta)
 
 
-@register_policy_loss("dapo", validate=lambda config: check_non_negative(config, "dapo_clip_low", "dapo_clip_high"))
+@register_policy_loss("dapo")
 def dapo_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
     """DAPO's clip-higher (Yu et al. 2025) alone: range [1 - dapo_clip_low, 1 + dapo_clip_high], dual-clip.
 

@@ -21,7 +21,6 @@ from dataclasses import replace
 
 import torch
 
-from .ppo import check_non_negative
 from .registry import POLICY_LOSSES, PolicyLossInputs, PolicyLossOutput, get_policy_loss, register_policy_loss
 
 PPL_WEIGHT_RANGE = (0.8, 1.2)
@@ -44,8 +43,8 @@ def ppl_weights(logppl_z: torch.Tensor, c: float, clamp: bool) -> torch.Tensor:
 
 
 def validate_reweighting(config) -> None:
-    """``reweight_c`` >= 0; the base objective is a one-pass method that does not itself feed another."""
-    check_non_negative(config, "reweight_c")
+    """The base objective is a one-pass method that does not itself feed another (``reweight_c`` >= 0 is checked
+    with every float field of the config)."""
     base = POLICY_LOSSES.get(config.reweight_base_loss)
     if base is None or base.wraps is not None or base.passes_per_rollout != 1:
         allowed = sorted(name for name, entry in POLICY_LOSSES.items()

@@ -9,8 +9,8 @@ each recipe, rank r writes ``OUT_DIR/<recipe stem>.rank<r>.json`` with one recor
 ``BinClipRule.stats`` made by ACPO's loss (the per-bin count, std and eps the loss used, plus the eps that *local*
 statistics would have given on the same micro-batch, with that micro-batch's count, mean and std; the diagnostics'
 own calls are not recorded), the per-token loss of that micro-batch (masked mean, this rank's tokens), the process
-layout, how many weights each gradient diagnosis had to gather under ZeRO-3 (``zero3_gathered``), and the trainer's
-log history. Nothing in ``acpo_trl`` is changed: ``BinClipRule.stats``, which ``acpo_loss`` calls, the ``acpo``
+layout, how many weights each gradient diagnosis had to gather under ZeRO-3 (``zero3_gathered``), the optimizer
+steps that moved the weights and the drift guard's state, and the trainer's log history. Nothing in ``acpo_trl`` is changed: ``BinClipRule.stats``, which ``acpo_loss`` calls, the ``acpo``
 registry entry and the diagnostics' ZeRO-3 gathering are wrapped for the duration of the run.
 
 Environment: ``ACPO_TEST_NO_DS_SHM_OP=1`` skips the JIT build of DeepSpeed's (unused) shared-memory kernel;
@@ -34,6 +34,13 @@ EXAMPLE = REPO / "examples" / "train_acpo.py"
 
 def _floats(tensor) -> list[float]:
     return [float(v) for v in tensor.detach().double().cpu().reshape(-1).tolist()]
+
+
+def _optimizer_steps(trainer) -> int:
+    """The optimizer steps that moved the weights: DeepSpeed's engine counter, else AdamW's per-parameter step."""
+    if hasattr(trainer.model_wrapped, "global_steps"):
+        return int(trainer.model_wrapped.global_steps)
+    return max((int(s["step"]) for s in trainer.optimizer.state.values() if "step" in s), default=0)
 
 
 def main() -> None:
@@ -135,6 +142,8 @@ def main() -> None:
                 "zero_stage": (trainer.model_wrapped.zero_optimization_stage()
                                if hasattr(trainer.model_wrapped, "zero_optimization_stage") else None),
                 "optimizer": type(getattr(trainer.model_wrapped, "optimizer", None) or trainer.optimizer).__name__,
+                "optimizer_steps": _optimizer_steps(trainer),
+                "drift_guard": trainer.drift_guard.to_dict() if trainer.drift_guard is not None else None,
                 "records": records,
                 "zero3_gathered": gathered,
                 "log_history": [{k: v for k, v in e.items() if isinstance(v, (int, float)) and math.isfinite(v)}
