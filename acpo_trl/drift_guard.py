@@ -60,23 +60,29 @@ def drift_measure(sums: torch.Tensor, measure: str) -> float:
 @dataclass
 class DriftGuardState:
     """What the guard knows of the run: whether the current rollout was cut, the updates applied in it, the
-    rollouts cut short and the updates applied in all, and the last measure. Saved in every checkpoint."""
+    rollouts cut short and the updates applied in all, and both measures of the current update (NaN: not
+    measured; the guard decides on its own, the other is logged to compare). Saved in every checkpoint."""
 
     rollout_cut: bool = False
     updates_in_rollout: int = 0
     rollouts_cut: int = 0
     updates_applied: int = 0
-    last_measure: float = math.nan
+    ratio_std: float = math.nan
+    kl: float = math.nan
 
     def start_rollout(self) -> None:
         self.rollout_cut = False
         self.updates_in_rollout = 0
 
-    def record(self, measure: float, threshold: float) -> bool:
-        """Record the measure of the next update; True when it passes ``threshold`` (the update and the rollout's
-        remaining ones are then not applied). A NaN measure (no token to measure) passes nothing."""
-        self.last_measure = measure
-        if measure > threshold:
+    def begin_update(self) -> None:
+        self.ratio_std = self.kl = math.nan
+
+    def record(self, sums: torch.Tensor, measure: str, threshold: float) -> bool:
+        """Record both measures of the next update from its summed :func:`drift_sums`; True when ``measure`` passes
+        ``threshold`` (the update and the rollout's remaining ones are then not applied). A NaN measure (no token
+        to measure) passes nothing."""
+        self.ratio_std, self.kl = drift_measure(sums, "ratio_std"), drift_measure(sums, "kl")
+        if getattr(self, measure) > threshold:
             self.rollout_cut = True
             self.rollouts_cut += 1
             return True
@@ -86,8 +92,9 @@ class DriftGuardState:
 
     def metrics(self) -> dict[str, float]:
         """The per-step log entries."""
-        return {"drift_guard/measure": self.last_measure, "drift_guard/updates_in_rollout": self.updates_in_rollout,
-                "drift_guard/rollouts_cut": self.rollouts_cut, "drift_guard/updates_applied": self.updates_applied}
+        return {"drift_guard/ratio_std": self.ratio_std, "drift_guard/kl": self.kl,
+                "drift_guard/updates_in_rollout": self.updates_in_rollout, "drift_guard/rollouts_cut": self.rollouts_cut,
+                "drift_guard/updates_applied": self.updates_applied}
 
     def to_dict(self) -> dict:
         return asdict(self)

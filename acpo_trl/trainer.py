@@ -18,7 +18,6 @@ mid-rollout goes on with the same rollout and schedule (TRL alone samples a new 
 from __future__ import annotations
 
 import logging
-import math
 import os
 import textwrap
 from typing import NamedTuple
@@ -29,7 +28,7 @@ from trl import GRPOTrainer
 
 from .config import ACPOConfig
 from .diagnostics.hook import update_index
-from .drift_guard import DriftGuardState, UpdateSkipped, drift_measure, drift_sums, guard_summary
+from .drift_guard import DriftGuardState, UpdateSkipped, drift_sums, guard_summary
 from .host_memory import release_freed_memory
 from .hub import HubUnreachableError, check_hub_reachable
 from .losses import AggregatedLoss, PolicyLossInputs, aggregate_loss, reduce_metrics
@@ -161,7 +160,7 @@ class ACPOTrainer(GRPOTrainer):
                 guard.start_rollout()
             first_of_update = self._step % self.args.gradient_accumulation_steps == 0
             if first_of_update:
-                guard.last_measure = math.nan  # measured below unless the rollout was cut
+                guard.begin_update()  # measured below unless the rollout was cut
             try:
                 loss = None if guard.rollout_cut else super().training_step(model, inputs, num_items_in_batch)
             except UpdateSkipped:
@@ -186,7 +185,7 @@ class ACPOTrainer(GRPOTrainer):
             return
         old_logps = logps.detach() if old_logps is None else old_logps  # on-policy: TRL skipped old log-probs
         sums = self._all_reduce_sum(drift_sums(logps, old_logps, mask, self.args.acpo_num_bins))
-        if self.drift_guard.record(drift_measure(sums, self.args.drift_guard), self.args.drift_guard_threshold):
+        if self.drift_guard.record(sums, self.args.drift_guard, self.args.drift_guard_threshold):
             raise UpdateSkipped
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):

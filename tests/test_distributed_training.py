@@ -257,7 +257,7 @@ def check_guard_acted(ranks: list[dict], applied_records: int = 2 * 2) -> None:
     assert logs[0] == logs[1] and len(logs[0]) == 6
     assert [e["drift_guard/updates_in_rollout"] for e in logs[0]] == [1, 1, 1, 1, 1, 1]
     assert [e["drift_guard/rollouts_cut"] for e in logs[0]] == [0, 1, 1, 1, 2, 2]
-    assert logs[0][1]["drift_guard/measure"] > 1e-12 and "drift_guard/measure" not in logs[0][2]
+    assert logs[0][1]["drift_guard/kl"] > 1e-12 and "drift_guard/kl" not in logs[0][2]
 
 
 @pytest.mark.slow

@@ -44,9 +44,13 @@ def test_measures_equal_their_definitions_and_add_over_splits():
 def test_guard_state_counts_and_cuts():
     from acpo_trl.drift_guard import DriftGuardState
 
+    def sums(std):  # two bin-0 tokens at r = 1 +- std: their std is std
+        return torch.tensor([2.0, 0.0, 2 * std**2, 2.0, 0.0], dtype=torch.float64)
+
     state = DriftGuardState()
-    assert not state.record(0.1, 0.3) and not state.record(math.nan, 0.3)
-    assert state.record(0.31, 0.3) and state.rollout_cut
+    assert not state.record(sums(0.1), "ratio_std", 0.3) and state.ratio_std == pytest.approx(0.1)
+    assert not state.record(torch.zeros(5, dtype=torch.float64), "ratio_std", 0.3) and math.isnan(state.ratio_std)
+    assert state.record(sums(0.31), "ratio_std", 0.3) and state.rollout_cut
     assert (state.updates_in_rollout, state.updates_applied, state.rollouts_cut) == (2, 2, 1)
     state.start_rollout()
     assert (state.rollout_cut, state.updates_in_rollout, state.updates_applied) == (False, 0, 2)
@@ -122,8 +126,9 @@ def test_a_guard_that_always_acts_applies_only_each_rollouts_first_update(tmp_pa
     logs = [e for e in trainer.state.log_history if "drift_guard/updates_in_rollout" in e]
     assert [e["drift_guard/updates_in_rollout"] for e in logs] == [1, 1, 1, 1] * 2
     assert [e["drift_guard/rollouts_cut"] for e in logs] == [0, 1, 1, 1, 1, 2, 2, 2]
-    measured = [e["drift_guard/measure"] for e in logs]
+    measured = [e["drift_guard/ratio_std"] for e in logs]
     assert measured[0] == 0.0 and measured[1] > 0 and measured[2] is None and measured[4] == 0.0
+    assert logs[1]["drift_guard/kl"] > 0  # the other measure, logged to compare
     assert trainer._step == 8  # TRL's micro-step counter went on through the skipped ones
     trainer.create_model_card(model_name="tiny")
     card = (tmp_path / "cut" / "README.md").read_text()

@@ -16,7 +16,10 @@
                                          fixed clip (H1), ACPO's mean ranges frozen per bin (H2) and a 1-bin ACPO
                                          (H3) x 16 seeds at upr 16 (ACPO alpha 3 and DAPO extended to them) and
                                          8 seeds at upr 2, reusing the committed cells
-    acpo-study plan [--quick|--pilot|--drift|--real-model|--ablation]
+    acpo-study run --guard               the drift guard's proof, into study/smollm2/: ACPO alpha 3 and DAPO at upr 16,
+                                         guarded on the bin-0 ratio std at 0.3, at both levels (a first) x 8
+                                         seeds, paired with the committed unguarded cells
+    acpo-study plan [--quick|--pilot|--drift|--real-model|--ablation|--guard]
                                          the runs it would do and their estimated time, without running them
     acpo-study report --out DIR          table.md, learning curves and diagnostics PNGs from finished runs
     acpo-study drift --lrs 1e-6 1e-5 --out DIR
@@ -44,7 +47,7 @@ from pathlib import Path
 from ..cli_errors import UserError, cli_main, user_input
 from .recipe import DEFAULT_LAUNCHER, RecipeRunSpec, recipe_grid
 from .grids import (ALPHAS, DRIFT_LEVELS, DRIFT_VARIANTS, PAPER_METHODS, REAL_MODEL_LEVELS, REAL_MODEL_RECIPE,
-                    REAL_MODEL_VARIANTS, UPRS, ablation_grid, build_grid, drift_grid, estimate_real_model_seconds, estimate_seconds,
+                    REAL_MODEL_VARIANTS, UPRS, ablation_grid, build_grid, drift_grid, guard_grid, estimate_real_model_seconds, estimate_seconds,
                     quick_grid, real_model_grid)
 from .results import group_of, is_done, load_results
 from .runner import block, check_reproduces, open_blocks, run_grid, work
@@ -59,9 +62,9 @@ PILOT_METHODS = ("acpo", "dapo", "cispo")
 
 def _specs(args) -> list:
     if args.recipe:
-        if args.quick or args.pilot or args.drift or args.real_model or args.ablation or args.tasks:
+        if args.quick or args.pilot or args.drift or args.real_model or args.ablation or args.guard or args.tasks:
             raise UserError("--recipe: the recipe sets the model and task",
-                            "drop --quick/--pilot/--drift/--real-model/--ablation/--tasks")
+                            "drop --quick/--pilot/--drift/--real-model/--ablation/--guard/--tasks")
         return recipe_grid(args.recipe, methods=args.methods or PAPER_METHODS, uprs=args.uprs or UPRS,
                            seeds=range(args.seeds or 8), alphas=ALPHAS if args.alphas is None else args.alphas,
                            steps=args.steps, eval_steps=args.eval_steps,
@@ -72,6 +75,10 @@ def _specs(args) -> list:
         specs = ablation_grid(seeds_off_policy=range(args.seeds or 16), seeds_near=range(min(args.seeds or 8, 8)))
         return [s for s in specs if (not args.methods or s.method in args.methods)
                 and (not args.uprs or s.upr in args.uprs)]
+    if args.guard:
+        levels = [level for level in REAL_MODEL_LEVELS if not args.levels or level.name in args.levels]
+        return [s for s in guard_grid(levels=levels, seeds=range(args.seeds or 8))
+                if not args.methods or s.method in args.methods]
     if args.real_model:
         variants = [v for v in REAL_MODEL_VARIANTS if not args.methods or v[0] in args.methods]
         levels = [level for level in REAL_MODEL_LEVELS if not args.levels or level.name in args.levels]
@@ -212,7 +219,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("run", "plan"):
         p = sub.add_parser(name)
         p.add_argument("--out", type=Path, default=None,
-                       help="default study/ (with --drift: study/drift/, with --real-model or --ablation: "
+                       help="default study/ (with --drift: study/drift/, with --real-model, --ablation or --guard: "
                             "study/smollm2/)")
         p.add_argument("--cache", type=Path, default=None, help="warm-up cache (default: OUT/warmups)")
         mode = p.add_mutually_exclusive_group()
@@ -221,6 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
         mode.add_argument("--drift", action="store_true", help="the drift grid (learning rate as the drift axis)")
         mode.add_argument("--real-model", action="store_true",
                           help="the real-model grid (SmolLM2-135M-Instruct on CPU, two drift levels)")
+        mode.add_argument("--guard", action="store_true",
+                          help="the drift guard's proof on the real model (both levels; --levels a: one)")
         mode.add_argument("--ablation", action="store_true",
                           help="why ACPO wins: the real-model grid's level b with H1/H2/H3 variants (--seeds: upr 16)")
         p.add_argument("--jobs", type=int, default=None,
@@ -274,9 +283,9 @@ def _check_args(args) -> None:
         if unknown:
             raise UserError(f"{flag}: unknown {', '.join(unknown)}", f"choose from {', '.join(sorted(known))}")
     if args.levels is not None:
-        if not (args.drift or args.real_model):
-            raise UserError("--levels: only the drift grids have drift levels", "add --drift or --real-model, or drop "
-                            "--levels")
+        if not (args.drift or args.real_model or args.guard):
+            raise UserError("--levels: only the drift grids have drift levels", "add --drift, --real-model or "
+                            "--guard, or drop --levels")
         names = [level.name for level in (DRIFT_LEVELS if args.drift else REAL_MODEL_LEVELS)]
         unknown = [name for name in args.levels if name not in names]
         if unknown:
@@ -312,8 +321,8 @@ def main(argv: list[str] | None = None) -> int:
         print((args.out / "drift.md").read_text())
         return 0
     if args.out is None:
-        args.out = (Path("study/drift") if args.drift else Path("study/smollm2") if args.real_model or args.ablation
-                    else Path("study"))
+        args.out = (Path("study/drift") if args.drift else
+                    Path("study/smollm2") if args.real_model or args.ablation or args.guard else Path("study"))
     _check_args(args)
     with user_input(ValueError), user_input(yaml.YAMLError, fix=f"fix the YAML syntax of --recipe {args.recipe}"):
         specs = _specs(args)

@@ -191,3 +191,16 @@ def estimate_seconds(specs: list[RunSpec], seconds_per_step: dict[int, float], j
     """Wall time of ``specs`` at ``seconds_per_step[upr]`` (measured per optimizer step, one thread), ``jobs`` at a time."""
     total = sum(s.steps * seconds_per_step.get(s.upr, max(seconds_per_step.values())) for s in specs)
     return total / jobs if math.isfinite(total) else total
+
+
+# The drift guard's proof on the real model (docs/RESULTS.md, "A drift guard"): the real-model grid's recipe at both
+# levels, ACPO alpha 3 and DAPO at 16 updates per rollout, guarded on the bin-0 ratio std at 0.3 (the drift map's
+# boundary, fixed before any run), paired by seed with the committed unguarded cells. A skipped update still counts
+# as a step, so a guarded cell samples its unguarded pair's rollouts (prompts and number of completions).
+GUARD_OPTIONS = (("drift_guard", "ratio_std"), ("drift_guard_threshold", 0.3))
+GUARD_VARIANTS = (("acpo", None, None, GUARD_OPTIONS), ("dapo", None, None, GUARD_OPTIONS))
+
+
+def guard_grid(levels=REAL_MODEL_LEVELS, seeds=range(8)) -> list[RecipeRunSpec]:
+    """The guarded cells, level a (lr 2e-5) before level b (lr 1e-6), seed-major within a level."""
+    return real_model_grid(levels=levels, variants=GUARD_VARIANTS, uprs=(16,), seeds=seeds)

@@ -51,6 +51,7 @@ def write_result(spec, run_dir: Path, evals: list[dict], start: float, **extra) 
         "mean_angle_deg": sum(angles) / len(angles) if angles else None,
         "evals": evals,
         "rewards": rewards,
+        "drift_guard": summarize_guard(entries),
         "seconds": time.time() - start,
         "code": code_version(),
         **extra,
@@ -59,6 +60,29 @@ def write_result(spec, run_dir: Path, evals: list[dict], start: float, **extra) 
     tmp.write_text(json.dumps(result, indent=1))
     os.replace(tmp, run_dir / "result.json")
     return result
+
+
+def summarize_guard(entries: list[dict]) -> dict | None:
+    """A guarded run's drift guard (None for a run without one): the updates it applied and the rollouts it cut
+    short in all, the updates each rollout took (a rollout starts at a step that logs the rollout ``reward``), and
+    both measures at each measured step (``[step, ratio_std, kl]``, None where a measure had no token)."""
+    guarded = [e for e in entries if isinstance(e.get("drift_guard/updates_applied"), (int, float))]
+    if not guarded:
+        return None
+    per_rollout: list[int] = []
+    for entry in guarded:
+        if isinstance(entry.get("reward"), (int, float)) or not per_rollout:
+            per_rollout.append(0)
+        per_rollout[-1] = max(per_rollout[-1], int(entry["drift_guard/updates_in_rollout"]))
+
+    def finite(value):
+        return value if isinstance(value, (int, float)) and math.isfinite(value) else None
+
+    measured = [[e["step"], finite(e.get("drift_guard/ratio_std")), finite(e.get("drift_guard/kl"))] for e in guarded
+                if finite(e.get("drift_guard/ratio_std")) is not None or finite(e.get("drift_guard/kl")) is not None]
+    return {"updates_applied": int(guarded[-1]["drift_guard/updates_applied"]),
+            "rollouts_cut": int(guarded[-1]["drift_guard/rollouts_cut"]),
+            "updates_per_rollout": per_rollout, "measures": measured}
 
 
 MAX_TRACKED = ("acpo_eps", "ratio_std", "clip_frac_pos", "clip_frac_neg")
