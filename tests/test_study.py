@@ -82,6 +82,38 @@ def test_variants_paired_by_seed():
     assert "| `acpo` - `dapo` | +2.5 [" in text and "| 4 | 5.0, -5.0, 5.0, 5.0 |" in text  # in seed order
 
 
+def test_guard_table_pairs_guarded_runs_with_the_unguarded_ones():
+    """A guarded run is compared seed by seed with the same method's unguarded runs at its regime and at the
+    fewest updates per rollout; the table counts the rollouts it cut, the updates it applied and its wall time."""
+    from acpo_trl.study.results import summarize_guard
+    from acpo_trl.study.table import guard_table
+
+    entries = []  # 2 rollouts of 4 updates: the first cut at its third update, the second not
+    for step, (reward, taken, cut, applied, std) in enumerate(
+            [(0.2, 1, 0, 1, 0.0), (None, 2, 0, 2, 0.1), (None, 2, 1, 2, 0.4), (None, 2, 1, 2, None),
+             (0.3, 1, 1, 3, 0.0), (None, 2, 1, 4, 0.2), (None, 3, 1, 5, 0.1), (None, 4, 1, 6, 0.2)], 1):
+        entries.append({"step": step, "drift_guard/updates_in_rollout": taken, "drift_guard/rollouts_cut": cut,
+                        "drift_guard/updates_applied": applied, "drift_guard/ratio_std": std,
+                        "drift_guard/kl": None if std is None else std / 10, **({"reward": reward} if reward else {})})
+    summary = summarize_guard(entries)
+    assert summary["updates_per_rollout"] == [2, 4] and (summary["updates_applied"], summary["rollouts_cut"]) == (6, 1)
+    assert summary["measures"][2] == [3, 0.4, 0.04] and len(summary["measures"]) == 7
+    assert summarize_guard([{"step": 1, "reward": 0.1}]) is None
+
+    options = [["drift_guard", "ratio_std"], ["drift_guard_threshold", 0.3]]
+    results = []
+    for seed, (plain2, plain16, guarded) in enumerate([(0.3, 0.1, 0.35), (0.4, 0.2, 0.45)]):
+        for upr, acc in ((2, plain2), (16, plain16)):
+            results.append({**_result("add1", "dapo", upr, seed, acc, collapsed=acc < 0.15), "seconds": 100.0})
+        run = _result("add1", "dapo(drift_guard=ratio_std, drift_guard_threshold=0.3)", 16, seed, guarded)
+        run["spec"].update(options=options, steps=8)
+        results.append({**run, "seconds": 60.0, "drift_guard": summary})
+    text = "\n".join(guard_table(results))
+    assert ("| add1 | `dapo` | 16 | ratio_std > 0.3 | 2 | 0.400 | +25.0 [+25.0, +25.0] | upr 2: +5.0 [+5.0, +5.0] | "
+            "0/2 / 1/2 | 2/4 | 12/16 | 3.0 | 60 / 100 |") in text
+    assert guard_table([r for r in results if not r.get("drift_guard")]) == []
+
+
 def test_drop_interval_and_the_across_tasks_summary():
     from acpo_trl.study.table import drop_interval, summarize, write_table
 

@@ -154,6 +154,69 @@ def variant_pairs_table(summary: dict) -> list[str]:
     return lines + [""]
 
 
+def _guard_options(result: dict) -> dict:
+    return {name: value for name, value in result["spec"].get("options") or () if name.startswith("drift_guard")}
+
+
+def guard_table(results: list[dict]) -> list[str]:
+    """The drift guard's runs, per level and method, paired by seed with the same method's unguarded runs (same
+    alpha and clip, no other option): the final accuracy difference to the unguarded runs in the same regime and
+    to those at the smallest number of updates per rollout, with 95% intervals; collapses; how often the guard cut
+    a rollout short and the optimizer steps it applied; the wall time per run."""
+    guarded = [r for r in results if r.get("drift_guard")]
+    if not guarded:
+        return []
+    lines = ["## The drift guard", "",
+             "Guarded runs against the same method's unguarded runs of the same seeds (the same prompts and sampled "
+             "completions per rollout). Differences of final sampled accuracy in points, mean over seeds [95% "
+             "bootstrap interval over seeds]. Cut: rollouts the guard cut short, of all rollouts. Steps applied: "
+             "optimizer updates applied, of the run's steps (a skipped update still counts as a step). Wall: mean "
+             "seconds per run, guarded / unguarded.", "",
+             "| task | variant | upr | guard | seeds | final acc | - unguarded, same upr | - unguarded, fewest upr | "
+             "collapsed (guarded / unguarded) | cut | steps applied | updates per rollout (mean) | wall s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    groups = defaultdict(list)
+    for r in guarded:
+        spec = r["spec"]
+        guard = _guard_options(r)
+        key = (group_of(r), spec["method"], spec.get("alpha"), json.dumps(spec.get("clip")), spec["upr"],
+               f"{guard.get('drift_guard')} > {guard.get('drift_guard_threshold')}")
+        groups[key].append(r)
+    for (group, method, alpha, clip, upr, rule), runs in sorted(groups.items(), key=lambda kv: kv[0][:2] + kv[0][4:]):
+        def same_method(r):
+            spec = r["spec"]
+            return (group_of(r) == group and spec["method"] == method and spec.get("alpha") == alpha
+                    and json.dumps(spec.get("clip")) == clip and not spec.get("options"))
+
+        plain = [r for r in results if same_method(r)]
+        near_upr = min((r["spec"]["upr"] for r in plain), default=upr)
+        by_seed = {r["spec"]["seed"]: r["final_sampled"] for r in runs}
+        same = {r["spec"]["seed"]: r for r in plain if r["spec"]["upr"] == upr}
+        near = {r["spec"]["seed"]: r["final_sampled"] for r in plain if r["spec"]["upr"] == near_upr}
+
+        def difference(other: dict[int, float]) -> str:
+            seeds = sorted(by_seed.keys() & other.keys())
+            if not seeds:
+                return "–"
+            lo, hi = difference_interval(by_seed, other)
+            ci = "" if math.isnan(lo) else f" [{100 * lo:+.1f}, {100 * hi:+.1f}]"
+            return f"{100 * sum(by_seed[s] - other[s] for s in seeds) / len(seeds):+.1f}{ci}"
+
+        steps = sum(r["spec"]["steps"] for r in runs)
+        rollouts = sum(len(r["drift_guard"]["updates_per_rollout"]) for r in runs)
+        taken = [n for r in runs for n in r["drift_guard"]["updates_per_rollout"]]
+        unguarded_same = [same[s] for s in sorted(same) if s in by_seed]
+        lines.append(
+            f"| {group} | `{method}` | {upr} | {rule} | {len(runs)} | {_mean(list(by_seed.values())):.3f} | "
+            f"{difference({s: r['final_sampled'] for s, r in same.items()})} | upr {near_upr}: {difference(near)} | "
+            f"{sum(r['collapsed'] for r in runs)}/{len(runs)} / "
+            f"{sum(r['collapsed'] for r in unguarded_same)}/{len(unguarded_same)} | "
+            f"{sum(r['drift_guard']['rollouts_cut'] for r in runs)}/{rollouts} | "
+            f"{sum(r['drift_guard']['updates_applied'] for r in runs)}/{steps} | {_mean(taken):.1f} | "
+            f"{_mean([r['seconds'] for r in runs]):.0f} / {_mean([r['seconds'] for r in unguarded_same]):.0f} |")
+    return lines + [""]
+
+
 def overall_table(summary: dict) -> list[str]:
     """Across tasks (the paper's summary): each variant's average rank over every (task, regime) configuration
     it ran in, and its drop from the nearest-on-policy to the most off-policy regime per task."""
@@ -378,6 +441,7 @@ def write_table(results: list[dict], path: str | Path | None = None) -> str:
         for task, data in summarize(results, exclude_collapsed=True).items():
             lines += _task_table(task, data, with_collapse=False)
     lines += variant_pairs_table(everything)
+    lines += guard_table(results)
     lines += diagnostics_table(results)
     lines += identical_runs_table(results)
     lines += testbeds_table(results)
