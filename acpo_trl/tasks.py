@@ -12,7 +12,9 @@
 
 from __future__ import annotations
 
+import functools
 import logging
+import operator
 import random
 from dataclasses import dataclass, field
 from typing import Callable
@@ -27,15 +29,17 @@ class ACPOScriptArguments(ScriptArguments):
     """Script arguments of ``acpo-train``: TRL's ``ScriptArguments`` plus the task and the run's outputs.
 
     Parameters:
-        task (`str`, defaults to `"countdown"`): one of `countdown`, `math`, `hitab`, `addition`, `toy`.
+        task (`str`, defaults to `"countdown"`): one of `countdown`, `math`, `hitab`, `addition`, `multiplication`,
+            `toy`.
         prompt_template (`str`, defaults to `"base"`): `"base"` (ACPO's template, no chat template) or `"chat"`.
         num_train_tasks (`int`, defaults to `2048`): generated tasks (countdown without `dataset_name`, addition).
         num_eval_tasks (`int`, defaults to `64`): held-out problems for the before/after report.
         countdown_min_numbers / countdown_max_numbers (`int`, defaults to `3` / `4`): size of generated tasks.
         countdown_format_score (`float`, defaults to `0.0`): Countdown format credit (0.1 = TinyZero).
-        addition_digits (`int`, defaults to `1`): digits of each operand of the addition task.
-        addition_shots (`int`, defaults to `0`): addition task, chat template: this many solved examples (at most 6)
-            as earlier turns of the conversation before each question, in place of the instruction.
+        addition_digits (`int`, defaults to `1`): digits of each operand of the addition and multiplication tasks.
+        addition_shots (`int`, defaults to `0`): addition and multiplication tasks, chat template: this many solved
+            examples (at most 6) as earlier turns of the conversation before each question, in place of the
+            instruction.
         hitab_tables_dir (`str`, *optional*): folder of HiTab table JSON files.
         eval_dataset_name (`str`, *optional*): held-out data (HiTab samples, or a Countdown file).
         max_prompt_length (`int`, *optional*): drop training prompts longer than this many tokens (the paper: 1024),
@@ -58,15 +62,15 @@ class ACPOScriptArguments(ScriptArguments):
             evaluate the same held-out set with the same seed share it (a study's variants of one seed).
     """
 
-    task: str = field(default="countdown", metadata={"help": "countdown | math | hitab | addition | toy"})
+    task: str = field(default="countdown", metadata={"help": "countdown | math | hitab | addition | multiplication | toy"})
     prompt_template: str = field(default="base", metadata={"help": "'base' (no chat template) or 'chat'."})
     num_train_tasks: int = field(default=2048, metadata={"help": "Generated training tasks (countdown, addition)."})
     num_eval_tasks: int = field(default=64, metadata={"help": "Held-out problems for the before/after report."})
     countdown_min_numbers: int = field(default=3, metadata={"help": "Generated Countdown: fewest numbers."})
     countdown_max_numbers: int = field(default=4, metadata={"help": "Generated Countdown: most numbers."})
     countdown_format_score: float = field(default=0.0, metadata={"help": "Countdown format credit (TinyZero: 0.1)."})
-    addition_digits: int = field(default=1, metadata={"help": "Addition task: digits per operand."})
-    addition_shots: int = field(default=0, metadata={"help": "Addition task (chat): solved examples as earlier turns."})
+    addition_digits: int = field(default=1, metadata={"help": "Addition / multiplication: digits per operand."})
+    addition_shots: int = field(default=0, metadata={"help": "Addition / multiplication (chat): solved examples."})
     hitab_tables_dir: str | None = field(default=None, metadata={"help": "HiTab: folder of table JSON files."})
     eval_dataset_name: str | None = field(default=None, metadata={"help": "Held-out data file (hitab, countdown)."})
     max_prompt_length: int | None = field(
@@ -155,18 +159,30 @@ def _hitab(args: ACPOScriptArguments, seed: int) -> Task:
     return Task(train, held_out, [hitab_reward])
 
 
-ADDITION_INSTRUCTION = "Put your final answer within \\boxed{}, for example: 2 + 2 = \\boxed{4}."
+# The arithmetic tasks: "What is a + b?" (addition) and "What is a * b?" (multiplication).
+OPERATIONS = {"+": operator.add, "*": operator.mul}
+OPERATION_NAMES = {"+": "additions", "*": "multiplications"}
 # Solved examples for ``addition_shots``: they show the answer format in place of the instruction.
 ADDITION_EXAMPLES = ((2, 3), (4, 4), (7, 1), (5, 8), (6, 2), (9, 7))
 
 
-def addition_dataset(num_tasks: int, digits: int, seed: int, template: str, shots: int = 0, distinct: bool = False):
-    """``num_tasks`` problems "What is a + b?" with ``digits``-digit operands (seeded), answer in \\boxed{}; with
-    ``distinct``, no problem twice (a held-out set: 100 single-digit problems are then all of them).
+def arithmetic_instruction(op: str = "+") -> str:
+    """The instruction of a problem without solved examples (2 op 2 = 4 for both operations)."""
+    return f"Put your final answer within \\boxed{{}}, for example: 2 {op} 2 = \\boxed{{4}}."
+
+
+ADDITION_INSTRUCTION = arithmetic_instruction("+")
+
+
+def arithmetic_dataset(num_tasks: int, digits: int, seed: int, template: str, shots: int = 0, distinct: bool = False,
+                       op: str = "+"):
+    """``num_tasks`` problems "What is a op b?" (``op`` "+" or "*") with ``digits``-digit operands (seeded), answer
+    in \\boxed{}; with ``distinct``, no problem twice (a held-out set: 100 single-digit problems are then all of
+    them).
 
     With ``shots`` > 0 (chat template only) the question follows the first ``shots`` of ``ADDITION_EXAMPLES`` as
-    earlier turns of the conversation (user "What is a + b?", assistant "\\boxed{a + b}") instead of the instruction:
-    a small instruct model then answers in the format, in a few tokens."""
+    earlier turns of the conversation (user "What is a op b?", assistant "\\boxed{a op b}") instead of the
+    instruction: a small instruct model then answers in the format, in a few tokens."""
     from datasets import Dataset
 
     from .data.templates import build_prompt
@@ -176,33 +192,35 @@ def addition_dataset(num_tasks: int, digits: int, seed: int, template: str, shot
                          "prompt_template: chat (or addition_shots: 0).")
     if not 0 <= shots <= len(ADDITION_EXAMPLES):
         raise ValueError(f"ACPOScriptArguments.addition_shots={shots}: must be in [0, {len(ADDITION_EXAMPLES)}].")
+    compute = OPERATIONS[op]
     history = []
     for a, b in ADDITION_EXAMPLES[:shots]:
-        history += [{"role": "user", "content": f"What is {a} + {b}?"}, {"role": "assistant", "content": f"\\boxed{{{a + b}}}"}]
+        history += [{"role": "user", "content": f"What is {a} {op} {b}?"},
+                    {"role": "assistant", "content": f"\\boxed{{{compute(a, b)}}}"}]
     low, high = (0 if digits == 1 else 10 ** (digits - 1)), 10**digits - 1
     span = high - low + 1
     if distinct and num_tasks > span**2:
         raise ValueError(f"ACPOScriptArguments.num_eval_tasks={num_tasks}: there are only {span**2} distinct "
-                         f"{digits}-digit additions; ask for at most that many.")
+                         f"{digits}-digit {OPERATION_NAMES[op]}; ask for at most that many.")
     rng = random.Random(seed)
     pairs = ([divmod(i, span) for i in rng.sample(range(span**2), num_tasks)] if distinct else
              [(rng.randint(0, span - 1), rng.randint(0, span - 1)) for _ in range(num_tasks)])
     rows = {"prompt": [], "answer": []}
     for a, b in ((low + i, low + j) for i, j in pairs):
         if history:
-            rows["prompt"].append(history + [{"role": "user", "content": f"What is {a} + {b}?"}])
+            rows["prompt"].append(history + [{"role": "user", "content": f"What is {a} {op} {b}?"}])
         else:
-            rows["prompt"].append(build_prompt(f"What is {a} + {b}?", ADDITION_INSTRUCTION, template))
-        rows["answer"].append(str(a + b))
+            rows["prompt"].append(build_prompt(f"What is {a} {op} {b}?", arithmetic_instruction(op), template))
+        rows["answer"].append(str(compute(a, b)))
     return Dataset.from_dict(rows)
 
 
-def _addition(args: ACPOScriptArguments, seed: int) -> Task:
+def _arithmetic(op: str, args: ACPOScriptArguments, seed: int) -> Task:
     from .rewards.math import math_reward
 
     def build(n, offset, distinct=False):
-        return addition_dataset(n, args.addition_digits, seed + offset, args.prompt_template, args.addition_shots,
-                                distinct=distinct)
+        return arithmetic_dataset(n, args.addition_digits, seed + offset, args.prompt_template, args.addition_shots,
+                                  distinct=distinct, op=op)
 
     return Task(build(args.num_train_tasks, 0), build(args.num_eval_tasks, 10_000, distinct=True), [math_reward])
 
@@ -217,7 +235,8 @@ TASKS: dict[str, Callable[[ACPOScriptArguments, int], Task]] = {
     "countdown": _countdown,
     "math": _math,
     "hitab": _hitab,
-    "addition": _addition,
+    "addition": functools.partial(_arithmetic, "+"),
+    "multiplication": functools.partial(_arithmetic, "*"),
     "toy": _toy,
 }
 

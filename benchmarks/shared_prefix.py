@@ -58,12 +58,12 @@ def build_trainer():
 
     from acpo_trl import ACPOConfig, ACPOTrainer
     from acpo_trl.offline_model import offline_model_path
-    from acpo_trl.tasks import addition_dataset
+    from acpo_trl.tasks import arithmetic_dataset
 
     path = offline_model_path()
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(path)
-    dataset = addition_dataset(64, digits=1, seed=0, template="chat", shots=2)
+    dataset = arithmetic_dataset(64, digits=1, seed=0, template="chat", shots=2)
     args = ACPOConfig(
         output_dir=tempfile.mkdtemp(prefix="shared_prefix_bench."), report_to="none", disable_tqdm=True, seed=0,
         use_cpu=True, bf16=False, gradient_checkpointing=False, share_prompt_prefix=True,

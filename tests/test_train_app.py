@@ -247,12 +247,12 @@ def test_demo_recipe_is_the_offline_off_policy_run():
     assert training_args.loss_type == "dapo"  # the per-sequence mean drifts to long completions here (demo.yaml)
 
 
-def test_addition_task_with_solved_examples_as_earlier_turns():
+def test_arithmetic_tasks_with_solved_examples_as_earlier_turns():
     import re
 
-    from acpo_trl.tasks import ADDITION_INSTRUCTION, addition_dataset
+    from acpo_trl.tasks import ADDITION_INSTRUCTION, arithmetic_dataset
 
-    data = addition_dataset(6, 1, 0, "chat", shots=2)
+    data = arithmetic_dataset(6, 1, 0, "chat", shots=2)
     for prompt, answer in zip(data["prompt"], data["answer"]):
         assert [m["role"] for m in prompt] == ["user", "assistant", "user", "assistant", "user"]
         assert prompt[:4] == [{"role": "user", "content": "What is 2 + 3?"}, {"role": "assistant", "content": "\\boxed{5}"},
@@ -260,18 +260,28 @@ def test_addition_task_with_solved_examples_as_earlier_turns():
         a, b = map(int, re.fullmatch(r"What is (\d) \+ (\d)\?", prompt[-1]["content"]).groups())
         assert str(a + b) == answer
     # The same problems without examples: one turn with the instruction.
-    plain = addition_dataset(6, 1, 0, "chat")
+    plain = arithmetic_dataset(6, 1, 0, "chat")
     assert plain["answer"] == data["answer"]
     assert plain["prompt"][0] == [{"role": "user", "content": f"{data['prompt'][0][-1]['content']}\n{ADDITION_INSTRUCTION}"}]
     with pytest.raises(ValueError, match="addition_shots=2: solved examples are earlier chat turns"):
-        addition_dataset(2, 1, 0, "base", shots=2)
+        arithmetic_dataset(2, 1, 0, "base", shots=2)
     with pytest.raises(ValueError, match=r"addition_shots=7: must be in \[0, 6\]"):
-        addition_dataset(2, 1, 0, "chat", shots=7)
+        arithmetic_dataset(2, 1, 0, "chat", shots=7)
     # A held-out set asks for distinct problems: 100 single-digit additions are then all of them, each once.
-    held_out = addition_dataset(100, 1, 10_000, "chat", shots=2, distinct=True)
+    held_out = arithmetic_dataset(100, 1, 10_000, "chat", shots=2, distinct=True)
     assert len({p[-1]["content"] for p in held_out["prompt"]}) == 100
     with pytest.raises(ValueError, match="num_eval_tasks=101: there are only 100 distinct 1-digit additions"):
-        addition_dataset(101, 1, 0, "chat", distinct=True)
+        arithmetic_dataset(101, 1, 0, "chat", distinct=True)
+    # Multiplication: the same problems' operands, the products, the examples multiplied.
+    products = arithmetic_dataset(6, 1, 0, "chat", shots=2, op="*")
+    assert products["prompt"][0][:2] == [{"role": "user", "content": "What is 2 * 3?"},
+                                         {"role": "assistant", "content": "\\boxed{6}"}]
+    for prompt, answer in zip(products["prompt"], products["answer"]):
+        a, b = map(int, re.fullmatch(r"What is (\d) \* (\d)\?", prompt[-1]["content"]).groups())
+        assert str(a * b) == answer
+    assert arithmetic_dataset(1, 1, 0, "chat", op="*")["prompt"][0][0]["content"].endswith("2 * 2 = \\boxed{4}.")
+    with pytest.raises(ValueError, match="only 100 distinct 1-digit multiplications"):
+        arithmetic_dataset(101, 1, 0, "chat", distinct=True, op="*")
 
 
 def test_before_training_evaluation_is_shared_through_a_file(tmp_path):
