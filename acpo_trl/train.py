@@ -36,7 +36,7 @@ def resolve_model_path(name: str) -> str:
 def write_report(path: str, script_args, training_args, model_name: str, before: dict, after: dict,
                  wall_s: float, entries: list[dict]) -> str:
     """A short Markdown report: held-out metrics before and after training, and the final clip ranges."""
-    keys = sorted(k for k in after if not k.endswith("/num_problems"))
+    keys = sorted(k for k in after if k.startswith("eval/") and not k.endswith("/num_problems"))
     lines = [
         f"# acpo-train report: {script_args.task}",
         "",
