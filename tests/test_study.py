@@ -296,6 +296,18 @@ def test_real_model_grid_samples_the_same_rollouts_in_every_regime(tmp_path, cap
         type(specs[0])(specs[0].recipe, upr=3, rollout=64, rollouts=2)
 
 
+def test_second_task_grid_is_the_real_model_design_on_multiplication(tmp_path):
+    from acpo_trl.study.grids import second_task_grid
+    from acpo_trl.train import make_parser
+
+    specs = second_task_grid(seeds=range(2))
+    assert len(specs) == 2 * 2 * 4 and {s.group for s in specs} == {"smollm2_multiplication@lr1e-06"}
+    script_args, args, _ = make_parser().parse_args_and_config(args=specs[-1].command(tmp_path / "cell")[3:])
+    assert (script_args.task, args.learning_rate, args.max_steps, args.updates_per_rollout) == (
+        "multiplication", 1e-6, 16 * 16, 16)
+    assert args.per_device_train_batch_size * args.steps_per_generation == 64
+
+
 def test_ablation_grid_names_its_variants_and_reuses_the_committed_cells(tmp_path):
     """The ablation's variants, fixed from ACPO's committed mean ranges: each names its options in its row and
     folder, passes them to acpo-train (H3 diagnosed in 5 bins, which does not name it), and round-trips through the

@@ -19,7 +19,10 @@
     acpo-study run --guard               the drift guard's proof, into study/smollm2/: ACPO alpha 3 and DAPO at upr 16,
                                          guarded on the bin-0 ratio std at 0.3, at both levels (a first) x 8
                                          seeds, paired with the committed unguarded cells
-    acpo-study plan [--quick|--pilot|--drift|--real-model|--ablation|--guard]
+    acpo-study run --second-task         the second task, into study/smollm2/: SmolLM2 on single-digit multiplication
+                                         at lr 1e-6 x ACPO (paper, authors' defaults), DAPO, CISPO x upr 2/16 x 8
+                                         seeds
+    acpo-study plan [--quick|--pilot|--drift|--real-model|--ablation|--guard|--second-task]
                                          the runs it would do and their estimated time, without running them
     acpo-study report --out DIR          table.md, learning curves and diagnostics PNGs from finished runs
     acpo-study drift --lrs 1e-6 1e-5 --out DIR
@@ -47,7 +50,8 @@ from pathlib import Path
 from ..cli_errors import UserError, cli_main, user_input
 from .recipe import DEFAULT_LAUNCHER, RecipeRunSpec, recipe_grid
 from .grids import (ALPHAS, DRIFT_LEVELS, DRIFT_VARIANTS, PAPER_METHODS, REAL_MODEL_LEVELS, REAL_MODEL_RECIPE,
-                    REAL_MODEL_VARIANTS, UPRS, ablation_grid, build_grid, drift_grid, guard_grid, estimate_real_model_seconds, estimate_seconds,
+                    SECOND_TASK_RECIPE,
+                    REAL_MODEL_VARIANTS, UPRS, ablation_grid, build_grid, drift_grid, guard_grid, second_task_grid, estimate_real_model_seconds, estimate_seconds,
                     quick_grid, real_model_grid)
 from .results import group_of, is_done, load_results
 from .runner import block, check_reproduces, open_blocks, run_grid, work
@@ -62,9 +66,10 @@ PILOT_METHODS = ("acpo", "dapo", "cispo")
 
 def _specs(args) -> list:
     if args.recipe:
-        if args.quick or args.pilot or args.drift or args.real_model or args.ablation or args.guard or args.tasks:
+        if (args.quick or args.pilot or args.drift or args.real_model or args.ablation or args.guard or args.second_task
+                or args.tasks):
             raise UserError("--recipe: the recipe sets the model and task",
-                            "drop --quick/--pilot/--drift/--real-model/--ablation/--guard/--tasks")
+                            "drop --quick/--pilot/--drift/--real-model/--ablation/--guard/--second-task/--tasks")
         return recipe_grid(args.recipe, methods=args.methods or PAPER_METHODS, uprs=args.uprs or UPRS,
                            seeds=range(args.seeds or 8), alphas=ALPHAS if args.alphas is None else args.alphas,
                            steps=args.steps, eval_steps=args.eval_steps,
@@ -75,6 +80,9 @@ def _specs(args) -> list:
         specs = ablation_grid(seeds_off_policy=range(args.seeds or 16), seeds_near=range(min(args.seeds or 8, 8)))
         return [s for s in specs if (not args.methods or s.method in args.methods)
                 and (not args.uprs or s.upr in args.uprs)]
+    if args.second_task:
+        return [s for s in second_task_grid(uprs=args.uprs or (2, 16), seeds=range(args.seeds or 8))
+                if not args.methods or s.method in args.methods]
     if args.guard:
         levels = [level for level in REAL_MODEL_LEVELS if not args.levels or level.name in args.levels]
         return [s for s in guard_grid(levels=levels, seeds=range(args.seeds or 8))
@@ -100,7 +108,8 @@ def _specs(args) -> list:
 
 
 def _estimate(specs: list, jobs: int) -> float:
-    if specs and all(isinstance(s, RecipeRunSpec) and s.recipe == REAL_MODEL_RECIPE and s.rollout for s in specs):
+    if specs and all(isinstance(s, RecipeRunSpec) and s.recipe in (REAL_MODEL_RECIPE, SECOND_TASK_RECIPE) and s.rollout
+                     for s in specs):
         for group, upr in dict.fromkeys((s.group, s.upr) for s in specs):  # per level and regime, in the grid's order
             cells = [s for s in specs if (s.group, s.upr) == (group, upr)]
             print(f"  {group}, upr {upr}: {len(cells)} runs, {estimate_real_model_seconds(cells, jobs) / 3600:.2f} h",
@@ -219,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("run", "plan"):
         p = sub.add_parser(name)
         p.add_argument("--out", type=Path, default=None,
-                       help="default study/ (with --drift: study/drift/, with --real-model, --ablation or --guard: "
+                       help="default study/ (with --drift: study/drift/, with --real-model, --ablation, --guard or --second-task: "
                             "study/smollm2/)")
         p.add_argument("--cache", type=Path, default=None, help="warm-up cache (default: OUT/warmups)")
         mode = p.add_mutually_exclusive_group()
@@ -228,6 +237,8 @@ def build_parser() -> argparse.ArgumentParser:
         mode.add_argument("--drift", action="store_true", help="the drift grid (learning rate as the drift axis)")
         mode.add_argument("--real-model", action="store_true",
                           help="the real-model grid (SmolLM2-135M-Instruct on CPU, two drift levels)")
+        mode.add_argument("--second-task", action="store_true",
+                          help="the real-model grid's level b on single-digit multiplication")
         mode.add_argument("--guard", action="store_true",
                           help="the drift guard's proof on the real model (both levels; --levels a: one)")
         mode.add_argument("--ablation", action="store_true",
@@ -322,7 +333,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.out is None:
         args.out = (Path("study/drift") if args.drift else
-                    Path("study/smollm2") if args.real_model or args.ablation or args.guard else Path("study"))
+                    Path("study/smollm2") if args.real_model or args.ablation or args.guard or args.second_task
+                    else Path("study"))
     _check_args(args)
     with user_input(ValueError), user_input(yaml.YAMLError, fix=f"fix the YAML syntax of --recipe {args.recipe}"):
         specs = _specs(args)

@@ -193,6 +193,22 @@ def estimate_seconds(specs: list[RunSpec], seconds_per_step: dict[int, float], j
     return total / jobs if math.isfinite(total) else total
 
 
+# A second task on the same model (docs/RESULTS.md, "A second task"): single-digit multiplication, chosen by pilots
+# (seed 0): two-digit sums start at 0.25% avg@4; products start at 12.0% and gain 14 points in 16 rollouts at 2
+# updates per rollout at lr 1e-6, where ACPO alpha 3's eps at 16 updates per rollout (mini-batches of 4, as in the
+# grid) average at most 0.75 per (update, bin) over 4 rollouts (single updates up to 1.24): the low-drift level b.
+SECOND_TASK_RECIPE = "configs/study/smollm2_multiplication.yaml"
+SECOND_TASK_LEVEL = DriftLevel("b", 1e-6, 16)
+SECOND_TASK_VARIANTS = REAL_MODEL_VARIANTS  # part 1's variants that match ACPO alpha 3 join once the ablation says
+
+
+def second_task_grid(variants=SECOND_TASK_VARIANTS, uprs=(2, 16), seeds=range(8)) -> list[RecipeRunSpec]:
+    """The second task's cells: the real-model grid's design (rollouts of 64 completions, 16 rollouts, the held-out
+    set before, halfway and after) on the multiplication recipe at level b, seed-major."""
+    return real_model_grid(levels=[SECOND_TASK_LEVEL], variants=variants, uprs=uprs, seeds=seeds,
+                           recipe=SECOND_TASK_RECIPE)
+
+
 # The drift guard's proof on the real model (docs/RESULTS.md, "A drift guard"): the real-model grid's recipe at both
 # levels, ACPO alpha 3 and DAPO at 16 updates per rollout, guarded on the bin-0 ratio std at 0.3 (the drift map's
 # boundary, fixed before any run), paired by seed with the committed unguarded cells. A skipped update still counts
