@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
+import typing
 from dataclasses import dataclass, field, fields
 
 from trl import GRPOConfig
@@ -239,15 +241,12 @@ class ACPOConfig(GRPOConfig):
         """Every float field ACPOConfig adds to GRPOConfig (found by walking the dataclass, not from a list): a finite
         number >= 0, or None where its type allows None. NaN or an infinity would turn every loss into NaN silently.
         A method's own ranges (e.g. cispo_mask_low < 1) are checked by its validator."""
-        for spec in fields(self):
-            if spec.name in _GRPO_FIELDS or spec.type not in ("float", "float | None"):
-                continue
-            value = getattr(self, spec.name)
-            if value is None and spec.type == "float | None":
+        for name, optional in own_float_fields().items():
+            value = getattr(self, name)
+            if value is None and optional:
                 continue
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                none = " (or None)" if spec.type == "float | None" else ""
-                raise ValueError(f"ACPOConfig.{spec.name}={value!r}: must be a finite number >= 0{none}.")
+                raise ValueError(f"ACPOConfig.{name}={value!r}: must be a finite number >= 0{' (or None)' * optional}.")
 
     def _steps_of_rollouts(self) -> int:
         """max_steps for ``num_rollouts`` rollouts (a whole number of updates per rollout)."""
@@ -342,4 +341,15 @@ class ACPOConfig(GRPOConfig):
                  f"{self.policy_loss!r} is token-level (ACPO bins tokens): set policy_loss='trl' for GSPO.")
 
 
-_GRPO_FIELDS = frozenset(spec.name for spec in fields(GRPOConfig))
+@functools.cache
+def own_float_fields() -> dict[str, bool]:
+    """Every float field ACPOConfig adds to GRPOConfig -> whether it may be None, from the resolved type hints (the
+    fields' ``type`` is a string, or a class once HfArgumentParser has resolved it in place)."""
+    grpo = {spec.name for spec in fields(GRPOConfig)}
+    hints = typing.get_type_hints(ACPOConfig)
+    found = {}
+    for spec in fields(ACPOConfig):
+        kinds = set(typing.get_args(hints[spec.name])) or {hints[spec.name]}
+        if spec.name not in grpo and float in kinds and kinds <= {float, type(None)}:
+            found[spec.name] = type(None) in kinds
+    return found
