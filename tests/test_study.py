@@ -110,7 +110,7 @@ def test_guard_table_pairs_guarded_runs_with_the_unguarded_ones():
         results.append({**run, "seconds": 60.0, "drift_guard": summary})
     text = "\n".join(guard_table(results))
     assert ("| add1 | `dapo` | 16 | ratio_std > 0.3 | 2 | 0.400 | +25.0 [+25.0, +25.0] | upr 2: +5.0 [+5.0, +5.0] | "
-            "0/2 / 1/2 | 2/4 | 12/16 | 3.0 | 60 / 100 |") in text
+            "0/2 / 1/2 | 2/4 | 12/16 | 3.0 | 0/14 | 4.0 | 60 / 100 |") in text
     assert guard_table([r for r in results if not r.get("drift_guard")]) == []
 
 

@@ -170,11 +170,14 @@ def guard_table(results: list[dict]) -> list[str]:
              "Guarded runs against the same method's unguarded runs of the same seeds (the same prompts and sampled "
              "completions per rollout). Differences of final sampled accuracy in points, mean over seeds [95% "
              "bootstrap interval over seeds]. Cut: rollouts the guard cut short, of all rollouts. Steps applied: "
-             "optimizer updates applied, of the run's steps (a skipped update still counts as a step). Wall: mean "
+             "optimizer updates applied, of the run's steps (a skipped update still counts as a step). Undefined: "
+             "measured updates whose mini-batch gave the guard's measure no token (no bin-0 token for ratio_std), "
+             "which passes no threshold. Last rollout: the mean updates the runs' last rollout took. Wall: mean "
              "seconds per run, guarded / unguarded.", "",
              "| task | variant | upr | guard | seeds | final acc | - unguarded, same upr | - unguarded, fewest upr | "
-             "collapsed (guarded / unguarded) | cut | steps applied | updates per rollout (mean) | wall s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "collapsed (guarded / unguarded) | cut | steps applied | updates per rollout (mean) | undefined | "
+             "last rollout | wall s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     groups = defaultdict(list)
     for r in guarded:
         spec = r["spec"]
@@ -206,6 +209,10 @@ def guard_table(results: list[dict]) -> list[str]:
         rollouts = sum(len(r["drift_guard"]["updates_per_rollout"]) for r in runs)
         taken = [n for r in runs for n in r["drift_guard"]["updates_per_rollout"]]
         unguarded_same = [same[s] for s in sorted(same) if s in by_seed]
+        column = 1 if rule.startswith("ratio_std") else 2  # [step, ratio_std, kl]
+        measured = [m for r in runs for m in r["drift_guard"]["measures"]]
+        undefined = sum(m[column] is None for m in measured)
+        last = _mean([r["drift_guard"]["updates_per_rollout"][-1] for r in runs])
         lines.append(
             f"| {group} | `{method}` | {upr} | {rule} | {len(runs)} | {_mean(list(by_seed.values())):.3f} | "
             f"{difference({s: r['final_sampled'] for s, r in same.items()})} | upr {near_upr}: {difference(near)} | "
@@ -213,6 +220,7 @@ def guard_table(results: list[dict]) -> list[str]:
             f"{sum(r['collapsed'] for r in unguarded_same)}/{len(unguarded_same)} | "
             f"{sum(r['drift_guard']['rollouts_cut'] for r in runs)}/{rollouts} | "
             f"{sum(r['drift_guard']['updates_applied'] for r in runs)}/{steps} | {_mean(taken):.1f} | "
+            f"{undefined}/{len(measured)} | {last:.1f} | "
             f"{_mean([r['seconds'] for r in runs]):.0f} / {_mean([r['seconds'] for r in unguarded_same]):.0f} |")
     return lines + [""]
 
