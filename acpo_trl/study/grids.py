@@ -174,17 +174,22 @@ ABLATION_VARIANTS = (
     ("acpo", None, None, (("acpo_num_bins", 1), ("diagnostics_num_bins", 5))),
 )
 ABLATION_REFERENCES = (("acpo", None, None), ("dapo", None, None))  # extended to the ablation's seeds at upr 16
+# At 2 updates per rollout H1 cannot differ from the committed runs but by rounding: there ACPO alpha 1 (the same
+# run as alpha 3) never clipped a token, and its largest range of any update, bin and seed was 0.281 < 0.43, so H1's
+# clip never binds either and its loss is the unclipped one, as ACPO's was. H2 (bin 1: 0.28 < 0.281) and H3 (one
+# range, not bounded by the committed runs) can bind there, so they run.
+ABLATION_NEAR_VARIANTS = ABLATION_VARIANTS[1:]
 
 
 def ablation_grid(seeds_off_policy=range(16), seeds_near=range(8)) -> list[RecipeRunSpec]:
     """The ablation at level b: the three variants and the references (ACPO alpha 3, DAPO) at 16 updates per rollout
-    over ``seeds_off_policy``, then the three variants at 2 updates per rollout over ``seeds_near`` (the references'
-    runs there are the committed grid's). The committed cells of the real-model grid are the same run ids, so
+    over ``seeds_off_policy``, then H2 and H3 at 2 updates per rollout over ``seeds_near`` (the references' runs
+    there are the committed grid's; H1's would be the same run, see ``ABLATION_NEAR_VARIANTS``). The committed cells of the real-model grid are the same run ids, so
     ``acpo-study run --ablation`` skips them."""
     level = next(level for level in REAL_MODEL_LEVELS if level.name == "b")
     return (real_model_grid(levels=[level], variants=ABLATION_VARIANTS + ABLATION_REFERENCES, uprs=(16,),
                             seeds=seeds_off_policy)
-            + real_model_grid(levels=[level], variants=ABLATION_VARIANTS, uprs=(2,), seeds=seeds_near))
+            + real_model_grid(levels=[level], variants=ABLATION_NEAR_VARIANTS, uprs=(2,), seeds=seeds_near))
 
 
 def estimate_seconds(specs: list[RunSpec], seconds_per_step: dict[int, float], jobs: int = 2) -> float:
