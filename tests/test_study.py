@@ -460,6 +460,14 @@ def test_drift_map_places_each_variant_at_its_levels_measured_drift(tmp_path):
     assert level_drift_table(real, "real")[2] == "| 2e-05 | 0.400 (0.400-0.400) | 1.40 | 0.90 | 2 of 3 | 0-1 of 1 |"
     assert level_drift_table(results, "add2")[2] == ("| 0.0005 | 0.500 (0.300-0.600) | not logged | – | not logged "
                                                      "| not logged |")
+    # variants with options (the ablation's, the guard's) move no level's drift and draw no point
+    extra = [result("ppo_clip", 5e-4, upr, seed, 0.6, 0.02) for upr in (2, 16) for seed in range(3)]
+    for r in extra:
+        r["spec"]["options"] = [["epsilon", 0.43]]
+        r["variant"] = "ppo_clip(epsilon=0.43)"
+    assert level_drift_table(results + extra, "add2") == level_drift_table(results, "add2")
+    assert drift_map(results + extra, "add2", None, tmp_path / "g.png") == drift_map(results, "add2", None,
+                                                                                     tmp_path / "g.png")
 
 
 def test_drift_grid_extends_the_committed_grid_in_whole_blocks(capsys):

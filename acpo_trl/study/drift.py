@@ -180,15 +180,23 @@ def run_drift(result: dict, k: int | None = None) -> float:
     return math.nan if value is None else value
 
 
+def _map_runs(results: list[dict], task: str, uprs: tuple[int, ...]) -> list[dict]:
+    """The runs that make ``task``'s drift map: the grid's methods as configured, without extra options. Variants
+    with options (the ablation's, the drift guard's) are compared in their own report sections and move no level's
+    drift (a guard even censors its own: a cut rollout never reaches the last update)."""
+    return [r for r in results
+            if r["spec"]["task"] == task and r["spec"]["upr"] in uprs and not r["spec"].get("options")]
+
+
 def drift_points(results: list[dict], task: str, upr: int = 16) -> list[tuple]:
     """Per drift level of ``task`` (its groups: the task at each learning rate) and variant: (variant, lr, the
     level's drift, the variant's own drift, final accuracy (mean, sd) at the smallest upr and at ``upr``, the drop,
     its interval's ends, seeds). The level's drift is the median over its variants of their ``upr``-update runs'
-    drift (:func:`run_drift`)."""
+    drift (:func:`run_drift`), over the runs of :func:`_map_runs`."""
     from .results import group_of
     from .table import summarize
 
-    runs = [r for r in results if r["spec"]["task"] == task and r["spec"]["upr"] in (2, upr)]
+    runs = _map_runs(results, task, (2, upr))
     summary = summarize(runs)
     levels = sorted({(r["spec"].get("lr") or 5e-4, group_of(r)) for r in runs}, reverse=True)
     points = []
@@ -221,10 +229,10 @@ def level_drift_table(results: list[dict], task: str, upr: int = 16) -> list[str
     std at the last update of a rollout (:func:`run_drift`; median and range over the variants' means) and ACPO alpha
     3's eps (variant ``acpo``): the largest of one logged update (any k, bin, rollout, seed) and the largest run mean
     at one (k, bin), with how many of its runs logged an eps > 1 and, per run, how many of its (k, bin) cells did in
-    at least one update (the range over runs)."""
+    at least one update (the range over runs), over the runs of :func:`_map_runs`."""
     from .results import group_of
 
-    runs = [r for r in results if r["spec"]["task"] == task and r["spec"]["upr"] == upr]
+    runs = _map_runs(results, task, (upr,))
     lines = [f"| lr | bin-0 ratio std at k = {upr - 1}, median (variants' range) | ACPO alpha 3: largest eps of one "
              "update | largest run-mean eps at one (k, bin) | ACPO runs with an eps > 1 | (k, bin) cells with an eps > 1 "
              "in some update, per run |", "|---|---|---|---|---|---|"]
