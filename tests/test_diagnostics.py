@@ -62,6 +62,23 @@ def test_eps_and_clip_fractions_match_acpos_own_metrics():
     assert sum(diag[f"diag/k3/bin{b}/token_frac"] for b in range(5)) == pytest.approx(1.0)
 
 
+def test_moved_fraction_counts_tokens_with_an_advantage_outside_grpos_clip():
+    """moved_frac: of a bin's tokens with A != 0, those whose ratio left [0.8, 1.2]; A = 0 tokens and masked ones do
+    not count (no clip acts on them)."""
+    from acpo_trl.diagnostics import ratio_diagnostics
+    from acpo_trl.losses import BinClipRule
+
+    logps = torch.log(torch.full((3, 4), 0.9))  # every token in the top bin
+    ratio = torch.tensor([[1.0, 1.19, 0.81, 1.3], [0.7, 1.0, 1.0, 1.0], [2.0, 0.5, 1.0, 1.0]])
+    mask = torch.tensor([[1.0, 1, 1, 1], [1, 1, 1, 0], [1, 1, 1, 1]])
+    adv = torch.tensor([[1.0], [-1.0], [0.0]])
+    diag = _values(ratio_diagnostics(logps, logps - ratio.log(), mask, adv, rule=BinClipRule(num_bins=1), k=1))
+    assert diag["diag/k1/bin0/moved_frac"] == pytest.approx(2 / 7)  # 1.3 (A > 0) and 0.7 (A < 0) of 7 tokens
+    on_policy = _values(ratio_diagnostics(logps, logps.clone(), mask, adv, k=0))
+    moved = [on_policy[f"diag/k0/bin{b}/moved_frac"] for b in range(5)]
+    assert all(value == 0.0 or math.isnan(value) for value in moved)  # NaN: a bin without tokens
+
+
 def test_on_policy_batch_has_base_eps_no_clipping_and_no_shape_statistics():
     from acpo_trl.diagnostics import ratio_diagnostics
 

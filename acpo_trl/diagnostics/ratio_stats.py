@@ -15,6 +15,11 @@ Per bin b the metrics are (name -> (numerator, denominator), the trainer's forma
                            ``acpo_log``'s rule)
     acpo_clip_frac_pos/neg fraction of the bin's A > 0 (A < 0) tokens that ACPO's eps_b would clip
     clip_frac_pos/neg      the same for the clip masks the method actually run returned (when it has any)
+    moved_frac             share of the bin's tokens with A != 0 whose ratio moved more than ``MOVED_BAND`` (0.2)
+                           from 1: outside GRPO's clip [0.8, 1.2], which every clip of the study contains (ACPO's
+                           0.2 + alpha std, DAPO's [0.8, 1.3], CISPO's mask and weight cap, the dual clip at 3). A
+                           run whose every update logs 0 in every bin was clipped by none of them, so any of them
+                           would have made the same updates (its loss is the unclipped one).
 
 Moments and std are computed per micro-batch (ACPO's "local" scope) and averaged over the micro-batches and
 processes where the bin holds tokens (as ``per_bin_metrics`` does for eps); skew and kurtosis need at least
@@ -32,6 +37,7 @@ from ..losses.common import LOG_RATIO_CLAMP
 from ..losses.registry import Metric
 
 MIN_TOKENS_FOR_SHAPE = 8
+MOVED_BAND = 0.2  # moved_frac: |r - 1| beyond GRPO's clip range
 MIN_STD_FOR_SHAPE = 1e-4  # below it the log-ratio is float32 round-off (as ACPO's std floor sqrt(1e-8))
 _VAR_EPS = 1e-12
 
@@ -110,6 +116,7 @@ def ratio_diagnostics(
     columns = {
         "acpo_clip_frac_pos": (count_of(acpo_high), num_pos),
         "acpo_clip_frac_neg": (count_of(acpo_low), num_neg),
+        "moved_frac": (count_of(((ratio_2d - 1).abs() > MOVED_BAND) & (pos | neg)), num_pos + num_neg),
     }
     if clipped_high is not None and clipped_low is not None:
         columns["clip_frac_pos"] = (count_of(clipped_high & pos), num_pos)

@@ -85,7 +85,7 @@ def summarize_guard(entries: list[dict]) -> dict | None:
             "updates_per_rollout": per_rollout, "measures": measured}
 
 
-MAX_TRACKED = ("acpo_eps", "ratio_std", "clip_frac_pos", "clip_frac_neg")
+MAX_TRACKED = ("acpo_eps", "ratio_std", "clip_frac_pos", "clip_frac_neg", "moved_frac")
 
 
 def summarize_diagnostics(entries: list[dict]) -> dict:
