@@ -16,10 +16,11 @@ Per bin b the metrics are (name -> (numerator, denominator), the trainer's forma
     acpo_clip_frac_pos/neg fraction of the bin's A > 0 (A < 0) tokens that ACPO's eps_b would clip
     clip_frac_pos/neg      the same for the clip masks the method actually run returned (when it has any)
     moved_frac             share of the bin's tokens with A != 0 whose ratio moved more than ``MOVED_BAND`` (0.2)
-                           from 1: outside GRPO's clip [0.8, 1.2], which every clip of the study contains (ACPO's
-                           0.2 + alpha std, DAPO's [0.8, 1.3], CISPO's mask and weight cap, the dual clip at 3). A
-                           run whose every update logs 0 in every bin was clipped by none of them, so any of them
-                           would have made the same updates (its loss is the unclipped one).
+                           from 1: outside GRPO's clip [0.8, 1.2], which these clips contain: ACPO's 0.2 + alpha
+                           std, DAPO's [0.8, 1.3], CISPO's mask and weight cap, the dual clip at 3, any fixed range
+                           of at least 0.2 (not ``acpo_log``'s [e^-eps, e^eps]). A run whose every update logs 0 in
+                           every bin was clipped by none of them, so any of them would have made the same updates
+                           (its loss is the unclipped one).
 
 Moments and std are computed per micro-batch (ACPO's "local" scope) and averaged over the micro-batches and
 processes where the bin holds tokens (as ``per_bin_metrics`` does for eps); skew and kurtosis need at least
