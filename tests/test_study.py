@@ -308,6 +308,53 @@ def test_second_task_grid_is_the_real_model_design_on_multiplication(tmp_path):
     assert args.per_device_train_batch_size * args.steps_per_generation == 64
 
 
+def test_second_task_drops_the_cells_at_2_updates_that_would_repeat_the_reference_run():
+    """ACPO alpha 3's runs at 2 updates per rollout come first; a seed's other cells there are dropped only when that
+    run logged no token with an advantage outside [0.8, 1.2] at any update (then no variant's clip would bind), kept
+    when one did or when the run did not log it."""
+    from acpo_trl.study.grids import is_near_reference, second_task_grid
+    from acpo_trl.study.results import clip_free
+
+    specs = second_task_grid(seeds=range(3))
+    assert [s.seed for s in specs[:3]] == [0, 1, 2] and all(is_near_reference(s) for s in specs[:3])
+    assert sum(map(is_near_reference, specs)) == 3  # the authors' defaults (alpha 1) are not the reference
+
+    def result(spec, moved):
+        bins_max = {} if moved is None else {"moved_frac": {"0,0": 0.0, "1,0": moved, "1,4": 0.0}}
+        return {"run_id": spec.run_id, "diagnostics": {"bins_max": bins_max}}
+
+    results = [result(s, moved) for s, moved in zip(specs[:3], (0.0, 0.004, None))]
+    assert [clip_free(r) for r in results] == [True, False, None]
+    kept = second_task_grid(seeds=range(3), results=results)
+    dropped = {s.run_id for s in specs} - {s.run_id for s in kept}
+    assert {(s.seed, s.upr) for s in specs if s.run_id in dropped} == {(0, 2)} and len(dropped) == 3
+
+
+def test_second_task_run_starts_with_the_reference_runs_and_then_skips_what_they_settled(tmp_path, monkeypatch):
+    """``acpo-study run --second-task``: the reference runs first, then the grid rebuilt from their results."""
+    import json
+
+    from acpo_trl.study import cli
+
+    calls = []
+
+    def fake_run_grid(specs, out, cache, jobs, log):
+        calls.append([s.run_id for s in specs])
+        for spec in specs:
+            if not (out / "runs" / spec.run_id / "result.json").exists():
+                (out / "runs" / spec.run_id).mkdir(parents=True)
+                moved = {"1,0": 0.0 if spec.seed == 0 else 0.01}
+                (out / "runs" / spec.run_id / "result.json").write_text(json.dumps(
+                    {"run_id": spec.run_id, "diagnostics": {"bins_max": {"moved_frac": moved}}}))
+        return []
+
+    monkeypatch.setattr(cli, "run_grid", fake_run_grid)
+    assert cli.main(["run", "--second-task", "--seeds", "2", "--out", str(tmp_path), "--no-report"]) == 0
+    first, rest = calls
+    assert first == ["smollm2_multiplication@lr1e-06/acpo/upr2/seed0", "smollm2_multiplication@lr1e-06/acpo/upr2/seed1"]
+    assert len(rest) == 2 * 2 * 4 - 3 and not any("upr2/seed0" in run_id for run_id in rest[2:])
+
+
 def test_ablation_grid_names_its_variants_and_reuses_the_committed_cells(tmp_path):
     """The ablation's variants, fixed from ACPO's committed mean ranges: each names its options in its row and
     folder, passes them to acpo-train (H3 diagnosed in 5 bins, which does not name it), and round-trips through the

@@ -8,6 +8,7 @@ from dataclasses import dataclass, replace
 
 from .cell import DEFAULT_LR
 from .recipe import RecipeRunSpec
+from .results import clip_free
 from .testbed import RunSpec, WarmupSpec
 
 PAPER_METHODS = ("acpo", "ppo_clip", "dapo", "cispo", "high_entropy", "low_entropy", "ar_lopti")
@@ -184,8 +185,8 @@ ABLATION_NEAR_VARIANTS = ABLATION_VARIANTS[1:]
 def ablation_grid(seeds_off_policy=range(16), seeds_near=range(8)) -> list[RecipeRunSpec]:
     """The ablation at level b: the three variants and the references (ACPO alpha 3, DAPO) at 16 updates per rollout
     over ``seeds_off_policy``, then H2 and H3 at 2 updates per rollout over ``seeds_near`` (the references' runs
-    there are the committed grid's; H1's would be the same run, see ``ABLATION_NEAR_VARIANTS``). The committed cells of the real-model grid are the same run ids, so
-    ``acpo-study run --ablation`` skips them."""
+    there are the committed grid's; H1's would be the same run: ``ABLATION_NEAR_VARIANTS``). The committed cells of
+    the real-model grid are the same run ids, so ``acpo-study run --ablation`` skips them."""
     level = next(level for level in REAL_MODEL_LEVELS if level.name == "b")
     return (real_model_grid(levels=[level], variants=ABLATION_VARIANTS + ABLATION_REFERENCES, uprs=(16,),
                             seeds=seeds_off_policy)
@@ -207,11 +208,35 @@ SECOND_TASK_LEVEL = DriftLevel("b", 1e-6, 16)
 SECOND_TASK_VARIANTS = REAL_MODEL_VARIANTS  # part 1's variants that match ACPO alpha 3 join once the ablation says
 
 
-def second_task_grid(variants=SECOND_TASK_VARIANTS, uprs=(2, 16), seeds=range(8)) -> list[RecipeRunSpec]:
+# At 2 updates per rollout the clip acts on one update per rollout, and at level b of the addition it bound on none:
+# the four variants' runs were the same in every seed. So the second task runs ACPO alpha 3's cells at 2 updates
+# first; a seed's other cells there are dropped when that run logged no token with an advantage outside [0.8, 1.2]
+# (``results.clip_free``): every variant's clip contains [0.8, 1.2] (ACPO's ranges are 0.2 + alpha std, DAPO's
+# [0.8, 1.3], CISPO's mask [0.8, 1.3] and cap 1.45, the dual clip 3), so each would have made the same updates on
+# the same samples, step after step. The same up to rounding: a loss path that rounds otherwise can move a weight's
+# last bit, which the addition's runs showed changes no sampled completion.
+NEAR_REFERENCE = ("acpo", None, None)
+
+
+def is_near_reference(spec: RecipeRunSpec) -> bool:
+    """Whether ``spec`` is a reference run of the second task (``NEAR_REFERENCE`` at 2 updates per rollout)."""
+    return spec.upr == 2 and (spec.method, spec.alpha, spec.clip, spec.options) == (*NEAR_REFERENCE, ())
+
+
+def second_task_grid(variants=SECOND_TASK_VARIANTS, uprs=(2, 16), seeds=range(8),
+                     results: list[dict] | None = None) -> list[RecipeRunSpec]:
     """The second task's cells: the real-model grid's design (rollouts of 64 completions, 16 rollouts, the held-out
-    set before, halfway and after) on the multiplication recipe at level b, seed-major."""
-    return real_model_grid(levels=[SECOND_TASK_LEVEL], variants=variants, uprs=uprs, seeds=seeds,
-                           recipe=SECOND_TASK_RECIPE)
+    set before, halfway and after) on the multiplication recipe at level b: ACPO alpha 3's cells at 2 updates per
+    rollout first, then the rest seed-major, less the cells at 2 updates that ``results`` (the finished runs) show
+    to be the reference's run again (``NEAR_REFERENCE``)."""
+    specs = real_model_grid(levels=[SECOND_TASK_LEVEL], variants=variants, uprs=uprs, seeds=seeds,
+                            recipe=SECOND_TASK_RECIPE)
+    is_reference = [is_near_reference(s) for s in specs]
+    by_id = {r["run_id"]: r for r in results or ()}
+    same = {s.seed for s, ref in zip(specs, is_reference)
+            if ref and s.run_id in by_id and clip_free(by_id[s.run_id])}
+    return ([s for s, ref in zip(specs, is_reference) if ref]
+            + [s for s, ref in zip(specs, is_reference) if not ref and not (s.upr == 2 and s.seed in same)])
 
 
 # The drift guard's proof on the real model (docs/RESULTS.md, "A drift guard"): the real-model grid's recipe at both

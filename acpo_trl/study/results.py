@@ -125,6 +125,14 @@ def is_done(spec, out_dir: str | Path) -> bool:
     return (Path(out_dir) / "runs" / spec.run_id / "result.json").exists()
 
 
+def clip_free(result: dict) -> bool | None:
+    """Whether no token with an advantage left GRPO's clip [0.8, 1.2] at any logged update of the run
+    (``moved_frac``, diagnostics.ratio_stats): then no clip that contains [0.8, 1.2] would have bound on it. None:
+    the run did not log ``moved_frac``."""
+    moved = result.get("diagnostics", {}).get("bins_max", {}).get("moved_frac")
+    return None if not moved else all(value == 0 for value in moved.values())
+
+
 def load_results(out_dir: str | Path) -> list[dict]:
     """Every finished run's result under ``out_dir/runs``."""
     return [json.loads(p.read_text()) for p in sorted(Path(out_dir).glob("runs/**/result.json"))]
