@@ -605,3 +605,18 @@ def test_identical_runs_and_each_bin_clip_methods_own_eps_in_the_table():
     assert own_eps(run("acpo_log", 16, 0, [0.4], rule="logratio"), 1, 0) == (0.5, "own (log-ratio)")
     assert own_eps(run("dapo", 16, 0, [0.4]), 1, 0) == (0.5, "ACPO's (not applied)")
     assert "| acpo_log's own ≈ |" in write_table([run("acpo_log", 16, 0, [0.4, 0.5], std=0.3)])
+
+
+def test_a_result_records_the_code_its_run_started_from(tmp_path):
+    """``code`` is the commit when the run started, given by the caller: a commit made while a grid runs (the grid
+    picks up each run's code at its start) must not be stamped on runs that started before it."""
+    import json
+
+    from acpo_trl.study.results import write_result
+    from acpo_trl.study.testbed import RunSpec
+
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "reward": 0.5}) + "\n")
+    evals = [{"step": 0, "sampled": 0.1}, {"step": 1, "sampled": 0.2}]
+    result = write_result(RunSpec(), tmp_path, evals, start=0.0, code="0123456789ab")
+    assert result["code"] == "0123456789ab"
+    assert json.loads((tmp_path / "result.json").read_text())["code"] == "0123456789ab"

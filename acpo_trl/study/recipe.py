@@ -35,7 +35,7 @@ from pathlib import Path
 import yaml
 
 from .cell import GridCell
-from .results import write_result
+from .results import code_version, write_result
 
 # "python" runs as this interpreter (sys.executable); the spec and result keep the word, not the machine's path.
 DEFAULT_LAUNCHER = ("python", "-m", "acpo_trl.train")
@@ -147,7 +147,7 @@ class RecipeRunSpec(GridCell):
             (run_dir / stale).unlink(missing_ok=True)
         (run_dir / "spec.json").write_text(json.dumps(self.to_json(), indent=1))
         command = self.command(_relative(run_dir), _relative(self.before_file(out_dir)))
-        start = time.time()
+        start, code_at_start = time.time(), code_version()
         with open(run_dir / "log.txt", "w") as log:
             log.write(shlex.join(command) + "\n")
             log.flush()
@@ -155,7 +155,8 @@ class RecipeRunSpec(GridCell):
         if code != 0:
             tail = (run_dir / "log.txt").read_text()[-3000:]
             raise RuntimeError(f"{self.run_id}: acpo-train exited with {code}:\n{tail}")
-        return write_result(self, run_dir, read_evals(run_dir, self.num_steps), start, command=shlex.join(command))
+        return write_result(self, run_dir, read_evals(run_dir, self.num_steps), start, code_at_start,
+                            command=shlex.join(command))
 
 
 def _this_python(command: list[str]) -> list[str]:

@@ -30,9 +30,10 @@ def code_version() -> str | None:
         return None
 
 
-def write_result(spec, run_dir: Path, evals: list[dict], start: float, **extra) -> dict:
+def write_result(spec, run_dir: Path, evals: list[dict], start: float, code: str | None, **extra) -> dict:
     """Summarize a finished run (its ``metrics.jsonl`` and held-out ``evals``: ``{"step", "sampled", ...}`` from
-    step 0 to the end) into ``result.json``, written last and atomically; returns the result."""
+    step 0 to the end) into ``result.json``, written last and atomically; returns the result. ``start`` and
+    ``code``: the time and :func:`code_version` when the run started (a commit made during the run is not its code)."""
     entries = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     rewards = [(e["step"], e["reward"]) for e in entries if isinstance(e.get("reward"), (int, float))]
     last = evals[-spec.last_evals:]
@@ -53,7 +54,7 @@ def write_result(spec, run_dir: Path, evals: list[dict], start: float, **extra) 
         "rewards": rewards,
         "drift_guard": summarize_guard(entries),
         "seconds": time.time() - start,
-        "code": code_version(),
+        "code": code,
         **extra,
     }
     tmp = run_dir / "result.json.tmp"

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from ..toy import SPECIAL_TOKENS, chat_tokenizer, tiny_qwen2
 from .cell import DEFAULT_LR, GridCell
-from .results import write_result
+from .results import code_version, write_result
 
 ANSWER_FORMAT = "The answer is \\boxed{{{}}}."
 _BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
@@ -364,7 +364,7 @@ class RunSpec(GridCell):
         for stale in ("metrics.jsonl", "result.json", "error.txt"):
             (run_dir / stale).unlink(missing_ok=True)
         (run_dir / "spec.json").write_text(json.dumps(self.to_json(), indent=1))
-        start = time.time()
+        start, code = time.time(), code_version()
         model, tokenizer = load_warm_model(warm_up(self.warmup, cache_dir))
         warmup_digest = weights_digest(model)
         train, held = task_problems(self.task)
@@ -406,5 +406,5 @@ class RunSpec(GridCell):
         trainer.train()
         if trainer.state.global_step != self.steps:
             raise RuntimeError(f"{self.run_id}: trained {trainer.state.global_step} of {self.steps} steps.")
-        return write_result(self, run_dir, evals, start, torch_threads=torch.get_num_threads(),
+        return write_result(self, run_dir, evals, start, code, torch_threads=torch.get_num_threads(),
                             cpu_kernels=cpu_kernels(), warmup_digest=warmup_digest)
