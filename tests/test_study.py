@@ -141,6 +141,42 @@ def test_drop_interval_and_the_across_tasks_summary():
     assert "| `dapo` | 4 | 1.50 | +0.0% | +0.0% | +0.0% |" in overall
 
 
+def test_ablation_verdicts_follow_the_rule_fixed_before_the_runs():
+    """A variant matches ACPO alpha 3 when its paired interval to ACPO alpha 3 holds 0 and the one to DAPO lies
+    above 0; the report names each ablation variant's hypothesis and places it against both references."""
+    from acpo_trl.study.grids import ABLATION_HYPOTHESES, ablation_hypotheses
+    from acpo_trl.study.table import match_verdict, write_table
+
+    assert match_verdict((-0.02, 0.01), (0.01, 0.08)) == "matches ACPO alpha 3"
+    assert match_verdict((-0.02, 0.01), (-0.01, 0.08)) == "not told apart from ACPO alpha 3, not told apart from DAPO"
+    assert match_verdict((-0.09, -0.01), (-0.03, 0.02)) == "below ACPO alpha 3, not told apart from DAPO"
+    assert match_verdict((-0.09, -0.01), (0.01, 0.02)) == "below ACPO alpha 3, above DAPO"
+    assert match_verdict((0.01, 0.05), (0.03, 0.09)) == "above ACPO alpha 3, above DAPO"
+    assert match_verdict((float("nan"),) * 2, (0.0, 0.1)) == "too few seeds"
+
+    hypotheses = ablation_hypotheses()
+    assert list(hypotheses.values()) == list(ABLATION_HYPOTHESES)
+    wide, frozen, one_bin = hypotheses
+    assert wide == "ppo_clip(epsilon=0.43)" and one_bin == "acpo(acpo_num_bins=1)"  # diagnostics_* fields name nothing
+    assert frozen == "bin_clip(bin_clip_ranges=0.43/0.28/0.27/0.27/0.23)"
+    # per seed: ACPO alpha 3 at 0.5 + s/100, DAPO 5 points below it, the wide clip 5 below ACPO give or take 1, the
+    # one-bin ACPO ACPO's give or take 1
+    results = []
+    for s in range(8):
+        wobble = 0.01 if s % 2 else -0.01
+        for variant, acc in (("acpo", 0.5), ("dapo", 0.45), (wide, 0.45 + wobble), (one_bin, 0.5 + wobble)):
+            results.append(_result("g", variant, 16, s, acc + s / 100))
+    text = write_table(results, hypotheses=hypotheses)
+    table = text[text.index("## The ablation"):]
+    assert (f"| g | 16 | H1, a wider clip | `{wide}` | -5.0 [-5.8, -4.3] (8) | +0.0 [-0.8, +0.8] (8) | "
+            "below ACPO alpha 3, not told apart from DAPO |") in table
+    assert (f"| g | 16 | H3 without bins | `{one_bin}` | +0.0 [-0.8, +0.8] (8) | +5.0 [+4.3, +5.8] (8) | "
+            "matches ACPO alpha 3 |") in table
+    assert "H2" not in table  # a variant that did not run has no row
+    assert "## The ablation" not in write_table([r for r in results if r["variant"] in ("acpo", "dapo")],
+                                                hypotheses=hypotheses)
+
+
 def test_collapse_rule():
     from acpo_trl.study.results import collapsed
 

@@ -18,18 +18,13 @@ class GridCell:
 
     @property
     def naming_options(self) -> list[tuple[str, object]]:
-        """The options that name the variant: all but the ``diagnostics_*`` fields, which change what is logged,
-        not what is trained."""
-        return [(name, value) for name, value in getattr(self, "options", ()) if not name.startswith("diagnostics_")]
+        """The options that name the variant (:func:`naming_options`)."""
+        return naming_options(getattr(self, "options", ()))
 
     @property
     def variant(self) -> str:
-        """The table row: the method, with ACPO's alpha and clip clamp when they are not the defaults, and the
-        variant's other options."""
-        options = [] if self.alpha is None else [f"alpha={self.alpha:g}"]
-        options += [] if self.clip is None else [f"clip=[{self.clip[0]:g}, {self.clip[1]:g}]"]
-        options += [f"{name}={_value(value, '/')}" for name, value in self.naming_options]
-        return self.method if not options else f"{self.method}({', '.join(options)})"
+        """The table row (:func:`variant_label`)."""
+        return variant_label(self.method, self.alpha, self.clip, getattr(self, "options", ()))
 
     @property
     def run_id(self) -> str:
@@ -45,6 +40,22 @@ class GridCell:
             overrides.update(acpo_clip_min=self.clip[0], acpo_clip_max=self.clip[1])
         overrides.update(getattr(self, "options", ()))
         return overrides
+
+
+def naming_options(options) -> list[tuple[str, object]]:
+    """The options that name a variant: all but the ``diagnostics_*`` fields, which change what is logged, not what
+    is trained."""
+    return [(name, value) for name, value in options if not name.startswith("diagnostics_")]
+
+
+def variant_label(method: str, alpha: float | None = None, clip: tuple[float, float] | None = None,
+                  options=()) -> str:
+    """A variant's table row: the method, with ACPO's alpha and clip clamp when they are not the defaults, and the
+    variant's other options, e.g. ``acpo(alpha=1, clip=[0.05, 0.5])`` or ``ppo_clip(epsilon=0.43)``."""
+    named = [] if alpha is None else [f"alpha={alpha:g}"]
+    named += [] if clip is None else [f"clip=[{clip[0]:g}, {clip[1]:g}]"]
+    named += [f"{name}={_value(value, '/')}" for name, value in naming_options(options)]
+    return method if not named else f"{method}({', '.join(named)})"
 
 
 def _value(value, sep: str) -> str:

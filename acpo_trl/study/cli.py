@@ -50,9 +50,9 @@ from pathlib import Path
 from ..cli_errors import UserError, cli_main, user_input
 from .recipe import DEFAULT_LAUNCHER, RecipeRunSpec, recipe_grid
 from .grids import (ALPHAS, DRIFT_LEVELS, DRIFT_VARIANTS, PAPER_METHODS, REAL_MODEL_LEVELS, REAL_MODEL_RECIPE,
-                    REAL_MODEL_VARIANTS, SECOND_TASK_RECIPE, UPRS, ablation_grid, build_grid, drift_grid,
-                    estimate_real_model_seconds, estimate_seconds, guard_grid, is_near_reference, quick_grid,
-                    real_model_grid, second_task_grid)
+                    REAL_MODEL_VARIANTS, SECOND_TASK_RECIPE, UPRS, ablation_grid, ablation_hypotheses, build_grid,
+                    drift_grid, estimate_real_model_seconds, estimate_seconds, guard_grid, is_near_reference,
+                    quick_grid, real_model_grid, second_task_grid)
 from .results import group_of, is_done, load_results
 from .runner import block, check_reproduces, open_blocks, run_grid, work
 from .testbed import RunSpec, pin_cpu_kernels
@@ -128,7 +128,7 @@ def report(out_dir: Path, plots: str = "some", beside: Path | None = None) -> st
     from .table import write_table
 
     results = load_results(out_dir)
-    table = write_table(results, out_dir / "table.md")
+    table = write_table(results, out_dir / "table.md", hypotheses=ablation_hypotheses())
     plot_dir = out_dir / "plots"
     plot_dir.mkdir(exist_ok=True)
     _learning_curves(results, plot_dir)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from .cell import DEFAULT_LR
+from .cell import DEFAULT_LR, variant_label
 from .recipe import RecipeRunSpec
 from .results import clip_free
 from .testbed import RunSpec, WarmupSpec
@@ -174,12 +174,19 @@ ABLATION_VARIANTS = (
     # H3 without bins: ACPO's adaptation over one bin (its clipping still reported in 5 bins)
     ("acpo", None, None, (("acpo_num_bins", 1), ("diagnostics_num_bins", 5))),
 )
+ABLATION_HYPOTHESES = ("H1, a wider clip", "H2, bin-wise widths", "H3 without bins")  # one per ABLATION_VARIANTS
 ABLATION_REFERENCES = (("acpo", None, None), ("dapo", None, None))  # extended to the ablation's seeds at upr 16
 # At 2 updates per rollout H1 cannot differ from the committed runs but by rounding: there ACPO alpha 1 (the same
 # run as alpha 3) never clipped a token, and its largest range of any update, bin and seed was 0.281 < 0.43, so H1's
 # clip never binds either and its loss is the unclipped one, as ACPO's was. H2 (bin 1: 0.28 < 0.281) and H3 (one
 # range, not bounded by the committed runs) can bind there, so they run.
 ABLATION_NEAR_VARIANTS = ABLATION_VARIANTS[1:]
+
+
+def ablation_hypotheses() -> dict[str, str]:
+    """{variant label (a table row): hypothesis} of the ablation's variants, for the report's verdicts."""
+    return {variant_label(method, alpha, clip, options): name
+            for (method, alpha, clip, options), name in zip(ABLATION_VARIANTS, ABLATION_HYPOTHESES)}
 
 
 def ablation_grid(seeds_off_policy=range(16), seeds_near=range(8)) -> list[RecipeRunSpec]:
@@ -210,8 +217,8 @@ SECOND_TASK_VARIANTS = REAL_MODEL_VARIANTS  # part 1's variants that match ACPO 
 
 # At 2 updates per rollout the clip acts on one update per rollout, and at level b of the addition it bound on none:
 # the four variants' runs were the same in every seed. So the second task runs ACPO alpha 3's cells at 2 updates
-# first; a seed's other cells there are dropped when that run logged no token with an advantage outside [0.8, 1.2]
-# (``results.clip_free``): every variant's clip contains [0.8, 1.2] (ACPO's ranges are 0.2 + alpha std, DAPO's
+# first; a seed's other cells there are dropped when that run logged no token with a nonzero advantage and a ratio
+# outside [0.8, 1.2] (``results.clip_free``): every variant's clip contains [0.8, 1.2] (ACPO's ranges are 0.2 + alpha std, DAPO's
 # [0.8, 1.3], CISPO's mask [0.8, 1.3] and cap 1.45, the dual clip 3), so each would have made the same updates on
 # the same samples, step after step. The same up to rounding: a loss path that rounds otherwise can move a weight's
 # last bit, which the addition's runs showed changes no sampled completion.

@@ -154,6 +154,58 @@ def variant_pairs_table(summary: dict) -> list[str]:
     return lines + [""]
 
 
+def match_verdict(to_reference: tuple[float, float], to_baseline: tuple[float, float]) -> str:
+    """The ablation's rule (docs/RESULTS.md, "Why ACPO wins"), from the 95% intervals of a variant's paired
+    difference to ACPO alpha 3 (the reference) and to DAPO (the baseline): it *matches* ACPO alpha 3 when the first
+    holds 0 and the second lies above 0; below it when the first lies below 0, placed against DAPO likewise."""
+    (ref_lo, ref_hi), (base_lo, base_hi) = to_reference, to_baseline
+    if math.isnan(ref_lo) or math.isnan(base_lo):
+        return "too few seeds"
+    against_dapo = "above DAPO" if base_lo > 0 else "below DAPO" if base_hi < 0 else "not told apart from DAPO"
+    if ref_lo > 0:
+        return f"above ACPO alpha 3, {against_dapo}"
+    if ref_hi < 0:
+        return f"below ACPO alpha 3, {against_dapo}"
+    return "matches ACPO alpha 3" if base_lo > 0 else f"not told apart from ACPO alpha 3, {against_dapo}"
+
+
+def ablation_table(summary: dict, hypotheses: dict[str, str], reference: str = "acpo",
+                   baseline: str = "dapo") -> list[str]:
+    """Per task and regime where the ablation ran: each variant of ``hypotheses`` ({row: hypothesis}) against the
+    reference (ACPO alpha 3) and the baseline (DAPO), paired by seed, with :func:`match_verdict`."""
+    rows = []
+    for task, data in summary.items():
+        if reference not in data["rows"] or baseline not in data["rows"]:
+            continue
+        for upr in data["uprs"]:
+            ref = data["rows"][reference]["regimes"][upr]["by_seed"]
+            base = data["rows"][baseline]["regimes"][upr]["by_seed"]
+            for variant, hypothesis in hypotheses.items():
+                runs = data["rows"].get(variant, {}).get("regimes", {}).get(upr, {}).get("by_seed")
+                if not runs:
+                    continue
+                cells = []
+                intervals = []
+                for other in (ref, base):
+                    seeds = sorted(runs.keys() & other.keys())
+                    interval = difference_interval(runs, other)
+                    intervals.append(interval)
+                    mean = sum(runs[s] - other[s] for s in seeds) / len(seeds) if seeds else math.nan
+                    ci = "" if math.isnan(interval[0]) else f" [{100 * interval[0]:+.1f}, {100 * interval[1]:+.1f}]"
+                    cells.append(f"{100 * mean:+.1f}{ci} ({len(seeds)})")
+                rows.append(f"| {task} | {upr} | {hypothesis} | `{variant}` | {cells[0]} | {cells[1]} | "
+                            f"{match_verdict(*intervals)} |")
+    if not rows:
+        return []
+    return ["## The ablation", "",
+            f"Each variant's final sampled accuracy minus ACPO alpha 3's (`{reference}`) and DAPO's (`{baseline}`), in "
+            "points, mean over the seeds both ran (how many in parentheses) with a 95% bootstrap "
+            "interval pairing seeds. The rule, fixed before the verdicts: a variant matches ACPO alpha 3 when its "
+            "interval against ACPO alpha 3 holds 0 and its interval against DAPO lies above 0.", "",
+            "| task | upr | hypothesis | variant | - ACPO alpha 3 [95% CI] (seeds) | - DAPO [95% CI] (seeds) | verdict |",
+            "|---|---|---|---|---|---|---|", *rows, ""]
+
+
 def _guard_options(result: dict) -> dict:
     return {name: value for name, value in result["spec"].get("options") or () if name.startswith("drift_guard")}
 
@@ -425,8 +477,9 @@ def testbeds_table(results: list[dict]) -> list[str]:
     return lines + [""]
 
 
-def write_table(results: list[dict], path: str | Path | None = None) -> str:
-    """The Markdown tables (all runs; then without the collapsed ones); written to ``path`` when given."""
+def write_table(results: list[dict], path: str | Path | None = None, hypotheses: dict[str, str] | None = None) -> str:
+    """The Markdown tables (all runs; then without the collapsed ones; the ablation's verdicts for the variants of
+    ``hypotheses``, {row: hypothesis}); written to ``path`` when given."""
     lines = [
         "## Results of the study grid",
         "",
@@ -449,6 +502,7 @@ def write_table(results: list[dict], path: str | Path | None = None) -> str:
         for task, data in summarize(results, exclude_collapsed=True).items():
             lines += _task_table(task, data, with_collapse=False)
     lines += variant_pairs_table(everything)
+    lines += ablation_table(everything, hypotheses or {})
     lines += guard_table(results)
     lines += diagnostics_table(results)
     lines += identical_runs_table(results)
