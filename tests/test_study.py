@@ -166,12 +166,18 @@ def test_ablation_verdicts_follow_the_rule_fixed_before_the_runs():
         wobble = 0.01 if s % 2 else -0.01
         for variant, acc in (("acpo", 0.5), ("dapo", 0.45), (wide, 0.45 + wobble), (one_bin, 0.5 + wobble)):
             results.append(_result("g", variant, 16, s, acc + s / 100))
+            if variant == wide:  # the method's own clip fractions per (update k, bin); k = 0 (r = 1) is left out
+                results[-1]["diagnostics"] = {"bins": {"clip_frac_neg": {"0,0": 0.9, "1,0": 0.1, "2,0": 0.3,
+                                                                         "1,1": 0.02},
+                                                       "clip_frac_pos": {"1,4": 0.005}},
+                                              "grad_k": {}, "grad": {}}
     text = write_table(results, hypotheses=hypotheses)
     table = text[text.index("## The ablation"):]
     assert (f"| g | 16 | H1, a wider clip | `{wide}` | -5.0 [-5.8, -4.3] (8) | +0.0 [-0.8, +0.8] (8) | "
-            "below ACPO alpha 3, not told apart from DAPO |") in table
+            "below ACPO alpha 3, not told apart from DAPO | 20.0 / 2.0 / – / – / – | – / – / – / – / 0.50 |") in table
     assert (f"| g | 16 | H3 without bins | `{one_bin}` | +0.0 [-0.8, +0.8] (8) | +5.0 [+4.3, +5.8] (8) | "
-            "matches ACPO alpha 3 |") in table
+            "matches ACPO alpha 3 | – | – |") in table
+    assert "| g | 16 | reference | `acpo` | – | – | – | – | – |" in table and "reference | `dapo`" in table
     assert "H2" not in table  # a variant that did not run has no row
     assert "## The ablation" not in write_table([r for r in results if r["variant"] in ("acpo", "dapo")],
                                                 hypotheses=hypotheses)

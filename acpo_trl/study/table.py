@@ -169,10 +169,23 @@ def match_verdict(to_reference: tuple[float, float], to_baseline: tuple[float, f
     return "matches ACPO alpha 3" if base_lo > 0 else f"not told apart from ACPO alpha 3, {against_dapo}"
 
 
-def ablation_table(summary: dict, hypotheses: dict[str, str], reference: str = "acpo",
+def ablation_table(results: list[dict], summary: dict, hypotheses: dict[str, str], reference: str = "acpo",
                    baseline: str = "dapo") -> list[str]:
     """Per task and regime where the ablation ran: each variant of ``hypotheses`` ({row: hypothesis}) against the
-    reference (ACPO alpha 3) and the baseline (DAPO), paired by seed, with :func:`match_verdict`."""
+    reference (ACPO alpha 3) and the baseline (DAPO), paired by seed, with :func:`match_verdict`, and the method's
+    own clip fraction per bin and advantage sign (the references' too)."""
+    diagnosed: dict = defaultdict(list)
+    for r in results:
+        if r.get("diagnostics"):
+            diagnosed[(group_of(r), r["variant"], r["spec"]["upr"])].append(r)
+
+    def clip_shares(task, variant, upr):
+        runs = diagnosed.get((task, variant, upr))
+        if not runs:
+            return "– | –"
+        return " | ".join(" / ".join(_pct(_bin_mean(runs, _clip_metric(runs, sign), b)) for b in range(5))
+                          for sign in ("neg", "pos"))
+
     rows = []
     for task, data in summary.items():
         if reference not in data["rows"] or baseline not in data["rows"]:
@@ -180,12 +193,15 @@ def ablation_table(summary: dict, hypotheses: dict[str, str], reference: str = "
         for upr in data["uprs"]:
             ref = data["rows"][reference]["regimes"][upr]["by_seed"]
             base = data["rows"][baseline]["regimes"][upr]["by_seed"]
-            for variant, hypothesis in hypotheses.items():
-                runs = data["rows"].get(variant, {}).get("regimes", {}).get(upr, {}).get("by_seed")
-                if not runs:
-                    continue
-                cells = []
-                intervals = []
+            ran = [(v, h) for v, h in hypotheses.items()
+                   if data["rows"].get(v, {}).get("regimes", {}).get(upr, {}).get("by_seed")]
+            if not ran:
+                continue
+            for variant, name in ((reference, "reference"), (baseline, "reference")):
+                rows.append(f"| {task} | {upr} | {name} | `{variant}` | – | – | – | {clip_shares(task, variant, upr)} |")
+            for variant, hypothesis in ran:
+                runs = data["rows"][variant]["regimes"][upr]["by_seed"]
+                cells, intervals = [], []
                 for other in (ref, base):
                     seeds = sorted(runs.keys() & other.keys())
                     interval = difference_interval(runs, other)
@@ -194,16 +210,19 @@ def ablation_table(summary: dict, hypotheses: dict[str, str], reference: str = "
                     ci = "" if math.isnan(interval[0]) else f" [{100 * interval[0]:+.1f}, {100 * interval[1]:+.1f}]"
                     cells.append(f"{100 * mean:+.1f}{ci} ({len(seeds)})")
                 rows.append(f"| {task} | {upr} | {hypothesis} | `{variant}` | {cells[0]} | {cells[1]} | "
-                            f"{match_verdict(*intervals)} |")
+                            f"{match_verdict(*intervals)} | {clip_shares(task, variant, upr)} |")
     if not rows:
         return []
     return ["## The ablation", "",
             f"Each variant's final sampled accuracy minus ACPO alpha 3's (`{reference}`) and DAPO's (`{baseline}`), in "
             "points, mean over the seeds both ran (how many in parentheses) with a 95% bootstrap "
             "interval pairing seeds. The rule, fixed before the verdicts: a variant matches ACPO alpha 3 when its "
-            "interval against ACPO alpha 3 holds 0 and its interval against DAPO lies above 0.", "",
-            "| task | upr | hypothesis | variant | - ACPO alpha 3 [95% CI] (seeds) | - DAPO [95% CI] (seeds) | verdict |",
-            "|---|---|---|---|---|---|---|", *rows, ""]
+            "interval against ACPO alpha 3 holds 0 and its interval against DAPO lies above 0. Clip %: the method's "
+            "own clip fraction per current-probability bin (0 = least likely), by advantage sign, means over seeds "
+            "and over updates k >= 1 of a rollout.", "",
+            "| task | upr | hypothesis | variant | - ACPO alpha 3 [95% CI] (seeds) | - DAPO [95% CI] (seeds) | verdict "
+            "| clip % A<0, bins 0..4 | clip % A>0, bins 0..4 |",
+            "|---|---|---|---|---|---|---|---|---|", *rows, ""]
 
 
 def _guard_options(result: dict) -> dict:
@@ -363,6 +382,23 @@ def own_eps(result: dict, k: int, b: int) -> tuple[float, str]:
     return value, f"own ({'log-ratio' if rule == 'logratio' else 'ratio'})"
 
 
+def _bin_mean(runs: list[dict], metric: str, b: int, reduce=_mean) -> float:
+    """``reduce`` (the mean) of a per-(k, bin) diagnostic over ``runs``, bin ``b``, update indices k >= 1."""
+    return reduce([v for r in runs for kb, v in r["diagnostics"]["bins"].get(metric, {}).items()
+                   if kb.endswith(f",{b}") and int(kb.split(",")[0]) >= 1])
+
+
+def _clip_metric(runs: list[dict], sign: str) -> str:
+    """The diagnostic of the method's own clip fraction for advantages of ``sign`` ("pos" / "neg"); runs logged
+    before the diagnostics had it recorded ACPO's rule's only."""
+    own = any(f"clip_frac_{sign}" in r["diagnostics"]["bins"] for r in runs)
+    return f"clip_frac_{sign}" if own else f"acpo_clip_frac_{sign}"
+
+
+def _pct(x: float) -> str:
+    return "–" if math.isnan(x) else f"{100 * x:.2f}" if 0 < 100 * x < 1 else f"{100 * x:.1f}"
+
+
 def diagnostics_table(results: list[dict]) -> list[str]:
     """Per task, variant and regime, means over seeds (and over the update indices k >= 1 of a rollout): the eps of
     the run's bin rule in each bin (:func:`own_eps`: the method's own for ACPO and ``acpo_log``, what ACPO would set
@@ -376,17 +412,11 @@ def diagnostics_table(results: list[dict]) -> list[str]:
     if not cells:
         return []
 
-    def by_bin(runs, metric, b, reduce=_mean):
-        return reduce([v for r in runs for kb, v in r["diagnostics"]["bins"].get(metric, {}).items()
-                       if kb.endswith(f",{b}") and int(kb.split(",")[0]) >= 1])
-
-    def pct(x):
-        return "–" if math.isnan(x) else f"{100 * x:.2f}" if 0 < 100 * x < 1 else f"{100 * x:.1f}"
-
     def largest(values):
         values = [v for v in values if v is not None and math.isfinite(v)]
         return max(values) if values else math.nan
 
+    by_bin, pct = _bin_mean, _pct
     lines = ["## Diagnostics (means over seeds and over updates k >= 1 of a rollout)", "",
              "eps: the bin rule's range per bin, the run's own for ACPO, `acpo_log` and `bin_clip` (own (ratio): std "
              "of r; own (log-ratio): std of log r; own (frozen): `bin_clip_ranges`; acpo_log's own ≈: computed from "
@@ -406,8 +436,7 @@ def diagnostics_table(results: list[dict]) -> list[str]:
         eps = " / ".join(f"{_mean([v for (_, _, bb), (v, _) in eps_cells.items() if bb == b]):.2f}" for b in range(5))
         rule = ", ".join(sorted({name for _, name in eps_cells.values()})) or "–"
         clip = lambda m: f"{pct(by_bin(runs, m, 0))} / {pct(by_bin(runs, m, 4))}"  # noqa: E731
-        pos = "clip_frac_pos" if any("clip_frac_pos" in d["bins"] for d in diags) else "acpo_clip_frac_pos"
-        neg = pos.replace("pos", "neg")
+        pos, neg = _clip_metric(runs, "pos"), _clip_metric(runs, "neg")
         std = f"{by_bin(runs, 'logratio_std', 0):.3f} / {by_bin(runs, 'logratio_std', 4):.3f}"
         angle = _mean([v for d in diags for k, v in d["grad_k"].get("angle_deg", {}).items() if int(k) >= 1])
         share = [_mean([sum(d["grad"].get(f"share/bin{b}/{s}", math.nan) for b in (0, 1)) for d in diags])
@@ -502,7 +531,7 @@ def write_table(results: list[dict], path: str | Path | None = None, hypotheses:
         for task, data in summarize(results, exclude_collapsed=True).items():
             lines += _task_table(task, data, with_collapse=False)
     lines += variant_pairs_table(everything)
-    lines += ablation_table(everything, hypotheses or {})
+    lines += ablation_table(results, everything, hypotheses or {})
     lines += guard_table(results)
     lines += diagnostics_table(results)
     lines += identical_runs_table(results)
