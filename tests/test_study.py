@@ -372,11 +372,14 @@ def test_second_task_drops_the_cells_at_2_updates_that_would_repeat_the_referenc
     assert {(s.seed, s.upr) for s in specs if s.run_id in dropped} == {(0, 2)} and len(dropped) == 3
 
 
-def test_second_task_run_starts_with_the_reference_runs_and_then_skips_what_they_settled(tmp_path, monkeypatch):
-    """``acpo-study run --second-task``: the reference runs first, then the grid rebuilt from their results."""
+def test_second_task_run_starts_with_the_reference_runs_and_then_skips_what_they_settled(tmp_path, monkeypatch,
+                                                                                         capsys):
+    """``acpo-study run --second-task``: refused until the ablation is finished; then the reference runs first, then
+    the grid rebuilt from their results, with the ablation's variants that matched ACPO alpha 3."""
     import json
 
     from acpo_trl.study import cli
+    from acpo_trl.study.grids import ablation_grid
 
     calls = []
 
@@ -391,10 +394,24 @@ def test_second_task_run_starts_with_the_reference_runs_and_then_skips_what_they
         return []
 
     monkeypatch.setattr(cli, "run_grid", fake_run_grid)
+    with pytest.raises(SystemExit):  # part 1 first: its verdicts decide which of its variants join
+        cli.main(["run", "--second-task", "--seeds", "2", "--out", str(tmp_path), "--no-report"])
+    assert "the ablation has 96 of its 96 runs left" in capsys.readouterr().err and not calls
+    # the finished ablation: the 1-bin ACPO matches ACPO alpha 3 (5 points above DAPO, within a point of ACPO)
+    finals = {"acpo": 0.5, "dapo": 0.45, "acpo(acpo_num_bins=1)": 0.5, "ppo_clip(epsilon=0.43)": 0.45}
+    for spec in ablation_grid():
+        run = tmp_path / "runs" / spec.run_id
+        run.mkdir(parents=True)
+        final = finals.get(spec.variant, 0.4) + (0.01 if spec.seed % 2 else -0.01) * (spec.variant != "acpo")
+        (run / "result.json").write_text(json.dumps({
+            "run_id": spec.run_id, "group": spec.group, "variant": spec.variant, "final_sampled": final,
+            "spec": {"upr": spec.upr, "seed": spec.seed}}))
     assert cli.main(["run", "--second-task", "--seeds", "2", "--out", str(tmp_path), "--no-report"]) == 0
     first, rest = calls
     assert first == ["smollm2_multiplication@lr1e-06/acpo/upr2/seed0", "smollm2_multiplication@lr1e-06/acpo/upr2/seed1"]
-    assert len(rest) == 2 * 2 * 4 - 3 and not any("upr2/seed0" in run_id for run_id in rest[2:])
+    assert len(rest) == 2 * 2 * 5 - 4 and not any("upr2/seed0" in run_id for run_id in rest[2:])
+    assert {run_id.split("/")[1] for run_id in rest} == {"acpo", "acpo-alpha1-clip0.05-0.5", "dapo", "cispo",
+                                                          "acpo-acpo_num_bins1"}
 
 
 def test_ablation_grid_names_its_variants_and_reuses_the_committed_cells(tmp_path):

@@ -20,8 +20,8 @@
                                          guarded on the bin-0 ratio std at 0.3, at both levels (a first) x 8
                                          seeds, paired with the committed unguarded cells
     acpo-study run --second-task         the second task, into study/smollm2/: SmolLM2 on single-digit multiplication
-                                         at lr 1e-6 x ACPO (paper, authors' defaults), DAPO, CISPO x upr 2/16 x 8
-                                         seeds
+                                         at lr 1e-6 x ACPO (paper, authors' defaults), DAPO, CISPO and the ablation's
+                                         variants that matched ACPO alpha 3 x upr 2/16 x 8 seeds (after the ablation)
     acpo-study plan [--quick|--pilot|--drift|--real-model|--ablation|--guard|--second-task]
                                          the runs it would do and their estimated time, without running them
     acpo-study report --out DIR          table.md, learning curves and diagnostics PNGs from finished runs
@@ -351,6 +351,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(specs)} runs ({len(todo)} to do); estimated {estimate / 3600:.2f} h with {args.jobs} jobs"
               f"{warmups}", flush=True)
     if args.second_task:
+        part1 = ablation_grid()
+        unfinished = [s for s in part1 if not is_done(s, args.out)]
+        if unfinished and args.command == "run":
+            raise UserError(f"--second-task: the ablation has {len(unfinished)} of its {len(part1)} runs left in "
+                            f"{args.out}, and its verdicts decide which of its variants join the second task",
+                            "finish it first: acpo-study run --ablation")
+        if unfinished:
+            print(f"  the ablation has {len(unfinished)} of {len(part1)} runs left: the variants that join from it "
+                  "are provisional", flush=True)
         near = [s for s in todo if s.upr == 2 and not is_near_reference(s)]
         if near:
             print(f"  an upper bound: of the {len(near)} other cells at 2 updates per rollout, a seed's are dropped when "

@@ -212,7 +212,25 @@ def estimate_seconds(specs: list[RunSpec], seconds_per_step: dict[int, float], j
 # grid) average at most 0.75 per (update, bin) over 4 rollouts (single updates up to 1.24): the low-drift level b.
 SECOND_TASK_RECIPE = "configs/study/smollm2_multiplication.yaml"
 SECOND_TASK_LEVEL = DriftLevel("b", 1e-6, 16)
-SECOND_TASK_VARIANTS = REAL_MODEL_VARIANTS  # part 1's variants that match ACPO alpha 3 join once the ablation says
+SECOND_TASK_VARIANTS = REAL_MODEL_VARIANTS  # and the ablation's variants that match ACPO alpha 3 (ablation_matches)
+
+
+def ablation_matches(results: list[dict]) -> tuple:
+    """The entries of ``ABLATION_VARIANTS`` that match ACPO alpha 3 at 16 updates per rollout in ``results`` (the
+    finished runs; ``table.match_verdict``: the paired interval to ACPO alpha 3 holds 0, the one to DAPO lies above
+    0). They join the second task with their part-1 settings."""
+    from .table import difference_interval, match_verdict
+
+    group = ablation_grid(seeds_off_policy=range(1), seeds_near=())[0].group
+    finals: dict = {}
+    for r in results:
+        if r.get("group") == group and r["spec"]["upr"] == 16:  # (results of the recipe grids name their group)
+            finals.setdefault(r["variant"], {})[r["spec"]["seed"]] = r["final_sampled"]
+    reference, baseline = finals.get("acpo", {}), finals.get("dapo", {})
+    labels = ablation_hypotheses()
+    return tuple(variant for variant, label in zip(ABLATION_VARIANTS, labels) if label in finals
+                 and match_verdict(difference_interval(finals[label], reference),
+                                   difference_interval(finals[label], baseline)) == "matches ACPO alpha 3")
 
 
 # At 2 updates per rollout the clip acts on one update per rollout, and at level b of the addition it bound on none:
@@ -230,12 +248,15 @@ def is_near_reference(spec: RecipeRunSpec) -> bool:
     return spec.upr == 2 and (spec.method, spec.alpha, spec.clip, spec.options) == (*NEAR_REFERENCE, ())
 
 
-def second_task_grid(variants=SECOND_TASK_VARIANTS, uprs=(2, 16), seeds=range(8),
+def second_task_grid(variants=None, uprs=(2, 16), seeds=range(8),
                      results: list[dict] | None = None) -> list[RecipeRunSpec]:
     """The second task's cells: the real-model grid's design (rollouts of 64 completions, 16 rollouts, the held-out
-    set before, halfway and after) on the multiplication recipe at level b: ACPO alpha 3's cells at 2 updates per
-    rollout first, then the rest seed-major, less the cells at 2 updates that ``results`` (the finished runs) show
-    to be the reference's run again (``NEAR_REFERENCE``)."""
+    set before, halfway and after) on the multiplication recipe at level b for ``variants`` (default:
+    ``SECOND_TASK_VARIANTS`` and the ablation's matches in ``results``, the finished runs): ACPO alpha 3's cells at
+    2 updates per rollout first, then the rest seed-major, less the cells at 2 updates that ``results`` show to be
+    the reference's run again (``NEAR_REFERENCE``)."""
+    if variants is None:
+        variants = SECOND_TASK_VARIANTS + ablation_matches(results or [])
     specs = real_model_grid(levels=[SECOND_TASK_LEVEL], variants=variants, uprs=uprs, seeds=seeds,
                             recipe=SECOND_TASK_RECIPE)
     is_reference = [is_near_reference(s) for s in specs]

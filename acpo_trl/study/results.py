@@ -127,9 +127,9 @@ def is_done(spec, out_dir: str | Path) -> bool:
 
 
 def clip_free(result: dict) -> bool | None:
-    """Whether no token with an advantage left GRPO's clip [0.8, 1.2] at any logged update of the run
-    (``moved_frac``, diagnostics.ratio_stats): then no clip that contains [0.8, 1.2] would have bound on it. None:
-    the run did not log ``moved_frac``."""
+    """Whether no token with a nonzero advantage had its ratio outside GRPO's clip [0.8, 1.2] at any logged update
+    of the run (``moved_frac``, diagnostics.ratio_stats): then no clip that contains [0.8, 1.2] would have bound on
+    it. None: the run did not log ``moved_frac``."""
     moved = result.get("diagnostics", {}).get("bins_max", {}).get("moved_frac")
     return None if not moved else all(value == 0 for value in moved.values())
 
