@@ -566,6 +566,14 @@ def test_drift_map_places_each_variant_at_its_levels_measured_drift(tmp_path):
     assert level_drift_table(real, "real")[2] == "| 2e-05 | 0.400 (0.400-0.400) | 1.40 | 0.90 | 2 of 3 | 0-1 of 1 |"
     assert level_drift_table(results, "add2")[2] == ("| 0.0005 | 0.500 (0.300-0.600) | not logged | – | not logged "
                                                      "| not logged |")
+    # a recipe's task at one learning rate (the second task): its level's drift table in drift_map.md, no map
+    from acpo_trl.study.cli import _drift_maps
+
+    (tmp_path / "plots").mkdir()
+    _drift_maps(real, tmp_path, tmp_path / "plots")
+    written = (tmp_path / "drift_map.md").read_text()
+    assert "### real\n" in written and "| 2e-05 | 0.400 (0.400-0.400) | 1.40 |" in written
+    assert not (tmp_path / "plots" / "real_drift_map.png").exists()
     # variants with options (the ablation's, the guard's) move no level's drift and draw no point
     extra = [result("ppo_clip", 5e-4, upr, seed, 0.6, 0.02) for upr in (2, 16) for seed in range(3)]
     for r in extra:

@@ -164,7 +164,8 @@ def _drift_maps(results: list[dict], out_dir: Path, plot_dir: Path, beside: Path
     """``drift_map.md`` and ``plots/<task>_drift_map.png`` for every task run at several learning rates (drift
     levels), with the real model's drift from ``OUT/drift_smollm2/drift.json`` marked when it is there; with
     ``beside`` (another study's folder: the testbed's drift grid), for every task run at any drift level, with that
-    study's map drawn behind it."""
+    study's map drawn behind it. A recipe's task run at one learning rate (the second task) gets its level's drift
+    table, no map: one level draws no curve."""
     import json
 
     from .drift import drift_map, level_drift_table
@@ -173,7 +174,9 @@ def _drift_maps(results: list[dict], out_dir: Path, plot_dir: Path, beside: Path
     for r in results:
         lrs.setdefault(r["spec"]["task"], set()).add(r["spec"].get("lr"))
     tasks = sorted(task for task, values in lrs.items() if len(values) > 1 or (beside and values != {None}))
-    if not tasks:
+    one_level = sorted(task for task, values in lrs.items() if task not in tasks and values != {None}
+                       and any(r["spec"]["task"] == task and r["spec"]["upr"] == 16 for r in results))
+    if not tasks and not one_level:
         return
     measured = out_dir / "drift_smollm2" / "drift.json"
     reference = json.loads(measured.read_text()) if measured.exists() else None
@@ -194,6 +197,9 @@ def _drift_maps(results: list[dict], out_dir: Path, plot_dir: Path, beside: Path
                                                 beside=behind), "", "Each level's drift, measured by the grid's own "
                   "runs at 16 updates per rollout (k: the update index within a rollout, 0..15):", "",
                   *level_drift_table(results, task), ""]
+    for task in one_level:
+        lines += [f"### {task}", "", "Its one level's drift, measured by its own runs at 16 updates per rollout (k: the "
+                  "update index within a rollout, 0..15):", "", *level_drift_table(results, task), ""]
     (out_dir / "drift_map.md").write_text("\n".join(lines))
 
 
