@@ -192,14 +192,12 @@ def _drift_maps(results: list[dict], out_dir: Path, plot_dir: Path, beside: Path
                             "give the testbed's drift grid, e.g. study/drift")
         behind = (f"testbed {other_task}", other, other_task)
     lines = ["## The drift map", ""]
-    for task in tasks:
-        lines += [f"### {task}", "", *drift_map(results, task, reference, plot_dir / f"{task}_drift_map.png",
-                                                beside=behind), "", "Each level's drift, measured by the grid's own "
-                  "runs at 16 updates per rollout (k: the update index within a rollout, 0..15):", "",
-                  *level_drift_table(results, task), ""]
-    for task in one_level:
-        lines += [f"### {task}", "", "Its one level's drift, measured by its own runs at 16 updates per rollout (k: the "
-                  "update index within a rollout, 0..15):", "", *level_drift_table(results, task), ""]
+    for task in tasks + one_level:
+        lines += [f"### {task}", ""]
+        if task in tasks:
+            lines += [*drift_map(results, task, reference, plot_dir / f"{task}_drift_map.png", beside=behind), ""]
+        lines += ["Each level's drift, measured by the grid's own runs at 16 updates per rollout (k: the update index "
+                  "within a rollout, 0..15):", "", *level_drift_table(results, task), ""]
     (out_dir / "drift_map.md").write_text("\n".join(lines))
 
 
