@@ -129,7 +129,16 @@ class ACPOConfig(GRPOConfig):
             optimizer movement) and the next rollout is sampled on schedule. `None`: off.
         drift_guard_threshold (`float` or `None`, *optional*, defaults to `None`):
             The threshold (> 0) of `drift_guard`; e.g. 0.3 for `"ratio_std"`, past which the drift map
-            (docs/RESULTS.md) finds off-policy updates harmful.
+            (docs/RESULTS.md) finds off-policy updates harmful, or 0.07 for `"kl"` (k3 where the bin-0 ratio std of
+            the committed SmolLM2 runs reached 0.3; `acpo_trl.drift_guard.KL_THRESHOLD`).
+        drift_guard_min_tokens (`int`, *optional*, defaults to `16`):
+            The fewest tokens a decision rests on (bin-0 tokens for `"ratio_std"`, all tokens for `"kl"`), summed over
+            processes: a std of a few tokens is noise (at 2 tokens a drift of two thirds of the threshold reads past it
+            in ~25% of updates, at 16 in ~0.3%). With fewer, `"ratio_std"` decides on k3 over all the mini-batch's
+            tokens against `drift_guard_fallback_threshold`; a measure still short of tokens applies the update.
+        drift_guard_fallback_threshold (`float` or `None`, *optional*, defaults to `None`):
+            `"ratio_std"` only: the k3 threshold of its fallback. `None`: `acpo_trl.drift_guard.KL_THRESHOLD` (0.07,
+            the k3 that goes with a bin-0 ratio std of 0.3; set it with another `drift_guard_threshold`).
         num_rollouts (`int` or `None`, *optional*, defaults to `None`):
             Run length in rollouts: sets `max_steps` to `num_rollouts` x the updates per rollout, so that a guarded
             and an unguarded run sample the same completions (a skipped update still counts as a step).
@@ -198,6 +207,13 @@ class ACPOConfig(GRPOConfig):
     )
     drift_guard_threshold: float | None = field(
         default=None, metadata={"help": "drift_guard: the threshold (> 0), e.g. 0.3 for 'ratio_std'."}
+    )
+    drift_guard_min_tokens: int = field(
+        default=16, metadata={"help": "drift_guard: the fewest tokens a decision rests on (ratio_std: bin-0 tokens)."}
+    )
+    drift_guard_fallback_threshold: float | None = field(
+        default=None, metadata={"help": "drift_guard=ratio_std with too few bin-0 tokens: decide on kl past this "
+                                        "(default 0.07)."}
     )
     num_rollouts: int | None = field(
         default=None, metadata={"help": "Run length in rollouts (sets max_steps = num_rollouts x updates per rollout)."}
@@ -298,9 +314,19 @@ class ACPOConfig(GRPOConfig):
             if self.drift_guard_threshold is None or self.drift_guard_threshold <= 0:
                 fail("drift_guard_threshold", f"drift_guard={self.drift_guard!r} needs a threshold > 0 (e.g. 0.3 for "
                      "'ratio_std').")
-        elif self.drift_guard_threshold is not None:
-            fail("drift_guard_threshold", "has no effect without drift_guard: set drift_guard ('ratio_std' or 'kl') "
-                 "or leave the threshold unset.")
+            if (isinstance(self.drift_guard_min_tokens, bool) or not isinstance(self.drift_guard_min_tokens, int)
+                    or self.drift_guard_min_tokens < 1):
+                fail("drift_guard_min_tokens", "must be an integer >= 1 (the default 16 says why).")
+            if self.drift_guard_fallback_threshold is not None and self.drift_guard != "ratio_std":
+                fail("drift_guard_fallback_threshold", "is the k3 threshold of drift_guard='ratio_std' when bin 0 "
+                     "has too few tokens; drift_guard='kl' decides on k3 itself: leave it unset.")
+            if self.drift_guard_fallback_threshold is not None and self.drift_guard_fallback_threshold <= 0:
+                fail("drift_guard_fallback_threshold", "must be > 0 (or None for the default 0.07).")
+        else:
+            for name in ("drift_guard_threshold", "drift_guard_fallback_threshold"):
+                if getattr(self, name) is not None:
+                    fail(name, "has no effect without drift_guard: set drift_guard ('ratio_std' or 'kl') or leave "
+                         "it unset.")
 
         if self.dual_clip_c is not None and self.dual_clip_c <= 1:
             fail("dual_clip_c", "must be > 1 (the paper uses 3.0), or None to disable the dual-clip.")

@@ -9,9 +9,9 @@ correction, KL to the reference model), with TRL's helpers; and the aggregation 
 gradient-accumulation normalisation (:func:`~acpo_trl.losses.aggregate_loss`), then TRL's entropy bonus and MoE aux
 loss. Metrics are logged with one all-reduce per micro-batch.
 
-With ``drift_guard`` set, each optimizer update first measures the drift of its mini-batch on the forward pass it makes
-(:mod:`acpo_trl.drift_guard`) and, past the threshold, that update and the rollout's remaining ones are skipped. A
-checkpoint keeps TRL's micro-step counter, the rollout being reused and the guard's state, so that a run resumed
+With ``drift_guard`` set, the guard (:class:`~acpo_trl.drift_guard.DriftGuard`) measures each optimizer update's drift
+on the forward pass the update makes and, past its threshold, that update and the rollout's remaining ones are skipped
+(``training_step``). A checkpoint keeps TRL's micro-step counter, the rollout being reused and the guard's state, so that a run resumed
 mid-rollout goes on with the same rollout and schedule (TRL alone samples a new rollout on resume).
 """
 
@@ -28,7 +28,7 @@ from trl import GRPOTrainer
 
 from .config import ACPOConfig
 from .diagnostics.hook import update_index
-from .drift_guard import DriftGuardState, UpdateSkipped, drift_sums, guard_summary
+from .drift_guard import DriftGuard, UpdateSkipped, guard_summary
 from .host_memory import release_freed_memory
 from .hub import HubUnreachableError, check_hub_reachable
 from .losses import AggregatedLoss, PolicyLossInputs, aggregate_loss, reduce_metrics
@@ -87,8 +87,7 @@ class ACPOTrainer(GRPOTrainer):
         check_vllm_device(args)
         super().__init__(model, reward_funcs, args, *pargs, **kwargs)
         self.method = args.method  # None: TRL's own objective
-        self.drift_guard = DriftGuardState() if args.drift_guard is not None else None
-        self._guard_inputs = None  # policy_loss="trl": the micro-batch whose forward the guard measures
+        self.drift_guard = DriftGuard(args, self._all_reduce_sum) if args.drift_guard is not None else None
         self.method_needs = self.method.needs_for(args) if self.method is not None else frozenset()
         self.policy_loss_fn = self.method  # the diagnostics wrap it
         # ACPO's ratio rule can open eps past 1, where its lower clip vanishes: say so once (_say_if_lower_clip_void)
@@ -152,41 +151,22 @@ class ACPOTrainer(GRPOTrainer):
         return output
 
     def training_step(self, model, inputs, num_items_in_batch=None):
-        """TRL's micro-step, unless the drift guard stopped the current rollout: then nothing is computed (no
-        forward, no backward) and only TRL's micro-step counter moves on, so the next rollout comes on schedule."""
+        """TRL's micro-step, under the drift guard when it is on: in a rollout the guard cut nothing is computed (no
+        forward, no backward), and the update it cuts stops after its forward (``UpdateSkipped``, raised in the
+        loss before any backward); only TRL's micro-step counter moves on, so the next rollout comes on schedule."""
         guard = self.drift_guard
-        if guard is not None:
-            if self._step % (self.args.steps_per_generation * self.num_iterations) == 0:
-                guard.start_rollout()
-            first_of_update = self._step % self.args.gradient_accumulation_steps == 0
-            if first_of_update:
-                guard.begin_update()  # measured below unless the rollout was cut
-            try:
-                loss = None if guard.rollout_cut else super().training_step(model, inputs, num_items_in_batch)
-            except UpdateSkipped:
-                loss = None
-            if first_of_update:
-                for name, value in guard.metrics().items():
-                    self._metrics["train"][name].append(value)
-            if loss is None:
-                model.train()  # as Trainer.training_step: the step's logs are training logs (TRL reads the mode)
-                self._step += 1
-                loss = torch.zeros((), device=self.accelerator.device)
-        else:
+        try:
+            if guard is not None and guard.skips(self._step):
+                raise UpdateSkipped
             loss = super().training_step(model, inputs, num_items_in_batch)
+        except UpdateSkipped:
+            model.train()  # as Trainer.training_step: the step's logs are training logs (TRL reads the mode)
+            self._step += 1
+            loss = torch.zeros((), device=self.accelerator.device)
+        if guard is not None:
+            guard.log(self._metrics["train"])
         self._release_host_memory()
         return loss
-
-    def _check_drift(self, logps: torch.Tensor, old_logps: torch.Tensor | None, mask: torch.Tensor) -> None:
-        """The drift guard, on the first micro-batch of each optimizer update in training: the measure summed over
-        processes (one all-reduce, at the same micro-step on every rank) and, past the threshold, ``UpdateSkipped``
-        before any backward pass of the update."""
-        if self.drift_guard is None or not self.model.training or self._step % self.args.gradient_accumulation_steps:
-            return
-        old_logps = logps.detach() if old_logps is None else old_logps  # on-policy: TRL skipped old log-probs
-        sums = self._all_reduce_sum(drift_sums(logps, old_logps, mask, self.args.acpo_num_bins))
-        if self.drift_guard.record(sums, self.args.drift_guard, self.args.drift_guard_threshold):
-            raise UpdateSkipped
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
         """``Trainer.train``; a resumed run first restores the rollout state its checkpoint saved."""
@@ -216,7 +196,7 @@ class ACPOTrainer(GRPOTrainer):
         state = torch.load(path, map_location=self.accelerator.device, weights_only=False)
         self._step, self._buffered_inputs = state["step"], state["buffered_inputs"]
         if self.drift_guard is not None and state["drift_guard"] is not None:
-            vars(self.drift_guard).update(state["drift_guard"])
+            self.drift_guard.load_dict(state["drift_guard"])
 
     def _release_host_memory(self) -> None:
         """On CPU, return what freed tensors left in the C heap to the OS between phases (:mod:`acpo_trl.host_memory`)."""
@@ -246,13 +226,11 @@ class ACPOTrainer(GRPOTrainer):
         return z.flatten()[start : start + logppl.size(0)]
 
     def _get_per_token_logps_and_entropies(self, *args, **kwargs):
-        """:meth:`_logps_and_entropies`; on TRL's own loss path with the drift guard on, the guard measures the
-        forward of the micro-batch TRL's ``_compute_loss`` makes first (its current policy's log-probs)."""
+        """:meth:`_logps_and_entropies`; the drift guard decides on the first forward of the micro-batch whose loss
+        is computed (its current log-probs: this package's ``_forward`` or TRL's ``_compute_loss``)."""
         output = self._logps_and_entropies(*args, **kwargs)
-        if self._guard_inputs is not None:
-            inputs, self._guard_inputs = self._guard_inputs, None
-            mask = inputs["completion_mask"] * inputs.get("tool_mask", 1)
-            self._check_drift(output[0], inputs.get("old_per_token_logps"), mask)
+        if self.drift_guard is not None and self.drift_guard.decide(output[0]):
+            raise UpdateSkipped
         return output
 
     def _logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
@@ -287,15 +265,12 @@ class ACPOTrainer(GRPOTrainer):
         return self.accelerator.reduce(tensor, reduction="sum") if self.accelerator.num_processes > 1 else tensor
 
     def _compute_loss(self, model, inputs):
+        if self.drift_guard is not None and self.model.training:
+            self.drift_guard.expect(inputs)  # measured on the forward below (_get_per_token_logps_and_entropies)
         if self.method is None:  # policy_loss="trl": TRL's own objective, by TRL's code
-            self._guard_inputs = inputs if self.drift_guard is not None else None
-            try:
-                return super()._compute_loss(model, inputs)
-            finally:
-                self._guard_inputs = None
+            return super()._compute_loss(model, inputs)
         mode = "train" if self.model.training else "eval"
         forward = self._forward(model, inputs)
-        self._check_drift(forward.logps, forward.old_logps, forward.mask)
         output = self.policy_loss_fn(self._policy_loss_inputs(inputs, forward), self.args)
         per_token_loss, metrics = self._with_trl_terms(output.per_token_loss, dict(output.metrics), inputs, forward)
         aggregated = self._aggregate(per_token_loss, forward.mask, inputs, mode)
@@ -468,7 +443,7 @@ class _Forward(NamedTuple):
     entropy_mask: torch.Tensor | None
 
 
-def acpo_card_section(args: ACPOConfig, task: str | None, guard: DriftGuardState | None = None, steps: int = 0) -> str:
+def acpo_card_section(args: ACPOConfig, task: str | None, guard: DriftGuard | None = None, steps: int = 0) -> str:
     """The model card's training-method section for ``args`` (Markdown), with how often the drift guard acted in
     ``steps`` optimizer steps."""
     upr = args.updates_per_rollout
@@ -494,6 +469,9 @@ def acpo_card_section(args: ACPOConfig, task: str | None, guard: DriftGuardState
         f"| regime | {regime}: {upr:g} optimizer updates per rollout |",
         "| drift guard | " + (guard_summary(args, guard.updates_applied, guard.rollouts_cut, steps) if guard else "off")
         + " |",
+        *([f"| drift guard's rule | {guard.rule()}; decisions: {guard.state.decisions[0]} on "
+           f"{args.drift_guard}, {guard.state.decisions[1]} on the kl fallback, {guard.state.decisions[2]} on too "
+           "few tokens (update applied) |"] if guard else []),
         f"| completions per prompt | {args.num_generations} |",
         f"| learning rate | {args.learning_rate} |",
         f"| task | {task or 'unspecified'} |",

@@ -41,19 +41,91 @@ def test_measures_equal_their_definitions_and_add_over_splits():
     assert math.isnan(drift_measure(drift_sums(logps, old, torch.zeros_like(mask), 5), "kl"))
 
 
-def test_guard_state_counts_and_cuts():
-    from acpo_trl.drift_guard import DriftGuardState
+def _guard(**fields):
+    from types import SimpleNamespace
 
-    def sums(std):  # two bin-0 tokens at r = 1 +- std: their std is std
-        return torch.tensor([2.0, 0.0, 2 * std**2, 2.0, 0.0], dtype=torch.float64)
+    from acpo_trl.drift_guard import DriftGuard
 
-    state = DriftGuardState()
-    assert not state.record(sums(0.1), "ratio_std", 0.3) and state.ratio_std == pytest.approx(0.1)
-    assert not state.record(torch.zeros(5, dtype=torch.float64), "ratio_std", 0.3) and math.isnan(state.ratio_std)
-    assert state.record(sums(0.31), "ratio_std", 0.3) and state.rollout_cut
-    assert (state.updates_in_rollout, state.updates_applied, state.rollouts_cut) == (2, 2, 1)
-    state.start_rollout()
-    assert (state.rollout_cut, state.updates_in_rollout, state.updates_applied) == (False, 0, 2)
+    args = dict(drift_guard="ratio_std", drift_guard_threshold=0.3, drift_guard_min_tokens=16,
+                drift_guard_fallback_threshold=None, acpo_num_bins=5, steps_per_generation=4, num_iterations=1,
+                gradient_accumulation_steps=1)
+    return DriftGuard(SimpleNamespace(**{**args, **fields}), all_reduce=lambda t: t)
+
+
+def _batch(rare: int, common: int, rare_ratio: float = 1.0, common_ratio: float = 1.0):
+    """One row of ``rare`` bin-0 tokens (current p = 0.1) at ratio ``rare_ratio`` alternating with its inverse, and
+    ``common`` tokens (p = 0.9) at ``common_ratio``: the current log-probs and the micro-batch's inputs."""
+    import math
+
+    rare_ratios = [rare_ratio if i % 2 == 0 else 1 / rare_ratio for i in range(rare)]
+    logps = torch.tensor([[math.log(0.1)] * rare + [math.log(0.9)] * common])
+    ratios = torch.tensor([rare_ratios + [common_ratio] * common])
+    inputs = {"completion_mask": torch.ones_like(logps), "old_per_token_logps": logps - ratios.log()}
+    return logps, inputs
+
+
+def _decide(guard, step, logps, inputs):
+    skipped = guard.skips(step)
+    guard.expect(inputs)
+    return skipped, guard.decide(logps)
+
+
+def test_the_token_rule_decides_on_enough_tokens_and_says_on_how_many():
+    """ratio_std decides on >= min_tokens bin-0 tokens; with an empty bin 0 or a single token it falls back to k3
+    over all tokens (0.07); with too few tokens for either the update is applied. Each decision logs its tokens and
+    how it was taken, and is counted."""
+    from acpo_trl.drift_guard import FALLBACK, OWN, UNDECIDED
+
+    guard = _guard()
+    # 16 bin-0 tokens at r = 2 and 1/2: std 0.75 > 0.3, decided on ratio_std: cut
+    assert _decide(guard, 0, *_batch(16, 8, rare_ratio=2.0)) == (False, True)
+    assert (guard.state.decided_by, guard.state.bin0_tokens, guard.state.tokens) == (OWN, 16, 24)
+    assert guard.state.ratio_std == pytest.approx(0.75) and guard.state.rollout_cut
+    assert guard.skips(1) and guard.rollouts_cut == 1  # the rest of the rollout is skipped
+    # a new rollout; an empty bin 0: k3 over 20 tokens decides (tiny drift: applied)
+    assert _decide(guard, 4, *_batch(0, 20, common_ratio=1.01)) == (False, False)
+    assert guard.state.decided_by == FALLBACK and guard.state.bin0_tokens == 0 and guard.state.kl < 0.07
+    # a single bin-0 token, far off (its std is 0, not a drift): the fallback on k3 of all 20 tokens cuts
+    assert _decide(guard, 5, *_batch(1, 19, rare_ratio=40.0, common_ratio=2.0)) == (False, True)
+    assert (guard.state.decided_by, guard.state.ratio_std, guard.state.bin0_tokens) == (FALLBACK, 0.0, 1)
+    assert guard.state.kl > 0.07
+    # too few tokens for either measure: applied, undecided
+    assert _decide(guard, 8, *_batch(2, 3, rare_ratio=3.0)) == (False, False)
+    assert guard.state.decided_by == UNDECIDED and guard.state.ratio_std > 0.3
+    assert guard.state.decisions == (1, 2, 1)
+    assert (guard.updates_applied, guard.rollouts_cut) == (2, 2)
+    logged = guard.metrics()
+    assert (logged["drift_guard/bin0_tokens"], logged["drift_guard/tokens"], logged["drift_guard/decided_by"]) == (
+        2, 5, UNDECIDED)
+
+
+def test_the_kl_guard_and_a_fallback_threshold():
+    from acpo_trl.drift_guard import OWN, UNDECIDED
+
+    guard = _guard(drift_guard="kl", drift_guard_threshold=0.05)
+    assert _decide(guard, 0, *_batch(0, 16, common_ratio=2.0)) == (False, True)  # k3 = 1 - log 2 = 0.31
+    assert guard.state.decided_by == OWN and guard.state.kl == pytest.approx(1 - math.log(2))
+    assert _decide(guard, 4, *_batch(0, 15, common_ratio=2.0)) == (False, False)  # 15 < 16 tokens
+    assert guard.state.decided_by == UNDECIDED
+    lenient = _guard(drift_guard_fallback_threshold=0.5)
+    assert _decide(lenient, 0, *_batch(0, 16, common_ratio=2.0)) == (False, False)  # 0.31 < 0.5
+    assert lenient.rule() == "ratio_std > 0.3 on >= 16 bin-0 tokens, else kl > 0.5"
+    # only an update's first micro-batch is measured, once
+    guard = _guard(gradient_accumulation_steps=2)
+    assert _decide(guard, 0, *_batch(0, 16)) == (False, False) and guard.state.decisions == (0, 1, 0)
+    assert _decide(guard, 1, *_batch(0, 16, common_ratio=5.0)) == (False, False) and guard.state.decisions == (0, 1, 0)
+
+
+def test_a_checkpointed_state_round_trips_and_an_older_one_loads():
+    guard = _guard()
+    _decide(guard, 0, *_batch(16, 0, rare_ratio=2.0))
+    restored = _guard()
+    restored.load_dict(guard.to_dict())
+    assert restored.to_dict() == guard.to_dict()
+    older = {"rollout_cut": True, "updates_in_rollout": 3, "rollouts_cut": 1, "updates_applied": 7,
+             "ratio_std": 0.1, "kl": 0.01}  # saved before the token rule
+    restored.load_dict(older)
+    assert restored.updates_applied == 7 and restored.state.decisions == (0, 0, 0)
 
 
 @pytest.mark.parametrize("overrides,message", [
@@ -61,6 +133,11 @@ def test_guard_state_counts_and_cuts():
     ({"drift_guard": "ratio_std", "drift_guard_threshold": 0.0}, "ACPOConfig.drift_guard_threshold=0.0"),
     ({"drift_guard": "approx_kl", "drift_guard_threshold": 0.1}, "ACPOConfig.drift_guard='approx_kl': must be one"),
     ({"drift_guard_threshold": 0.3}, "ACPOConfig.drift_guard_threshold=0.3: has no effect without drift_guard"),
+    ({"drift_guard_fallback_threshold": 0.1}, "ACPOConfig.drift_guard_fallback_threshold=0.1: has no effect"),
+    ({"drift_guard": "kl", "drift_guard_threshold": 0.1, "drift_guard_fallback_threshold": 0.1},
+     "ACPOConfig.drift_guard_fallback_threshold=0.1: is the k3 threshold of drift_guard='ratio_std'"),
+    ({"drift_guard": "ratio_std", "drift_guard_threshold": 0.3, "drift_guard_min_tokens": 0},
+     "ACPOConfig.drift_guard_min_tokens=0: must be an integer >= 1"),
     ({"num_rollouts": 0}, "ACPOConfig.num_rollouts=0: must be an integer >= 1"),
     ({"num_rollouts": 2, "max_steps": 3}, "ACPOConfig.num_rollouts=2: 8 steps, but max_steps=3"),
     ({"num_rollouts": 2, "steps_per_generation": 3, "gradient_accumulation_steps": 2},
