@@ -97,7 +97,7 @@ def test_guard_table_pairs_guarded_runs_with_the_unguarded_ones():
                         "drift_guard/kl": None if std is None else std / 10, **({"reward": reward} if reward else {})})
     summary = summarize_guard(entries)
     assert summary["updates_per_rollout"] == [2, 4] and (summary["updates_applied"], summary["rollouts_cut"]) == (6, 1)
-    assert summary["measures"][2] == [3, 0.4, 0.04] and len(summary["measures"]) == 7
+    assert summary["measures"][2] == [3, 0.4, 0.04, None, None, None] and len(summary["measures"]) == 7
     assert summarize_guard([{"step": 1, "reward": 0.1}]) is None
 
     options = [["drift_guard", "ratio_std"], ["drift_guard_threshold", 0.3]]
@@ -110,8 +110,20 @@ def test_guard_table_pairs_guarded_runs_with_the_unguarded_ones():
         results.append({**run, "seconds": 60.0, "drift_guard": summary})
     text = "\n".join(guard_table(results))
     assert ("| add1 | `dapo` | 16 | ratio_std > 0.3 | 2 | 0.400 | +25.0 [+25.0, +25.0] | upr 2: +5.0 [+5.0, +5.0] | "
-            "0/2 / 1/2 | 2/4 | 12/16 | 3.0 | 0/14 | 4.0 | 60 / 100 |") in text
+            "0/2 / 1/2 | 2/4 | 12/16 | 3.0 | 4/14 | – | 4.0 | 60 / 100 |") in text  # a ratio std of 0: one token
     assert guard_table([r for r in results if not r.get("drift_guard")]) == []
+    # a run with the token rule logs the tokens of each decision and how it was taken (0 own, 1 k3 fallback)
+    for entry, (bin0, tokens, way) in zip(entries, [(0, 30, 1), (1, 30, 1), (20, 40, 0), (0, 0, 2), (3, 30, 1),
+                                                    (17, 30, 0), (2, 30, 1), (16, 30, 0)]):
+        entry.update({"drift_guard/bin0_tokens": bin0, "drift_guard/tokens": tokens, "drift_guard/decided_by": way})
+    summary = summarize_guard(entries)
+    assert summary["measures"][2] == [3, 0.4, 0.04, 20, 40, 0] and summary["measures"][3] == [4, None, None, 0, 0, 2]
+    for run in results:
+        if run.get("drift_guard"):
+            run["spec"]["options"] = options + [["drift_guard_min_tokens", 16]]
+            run["drift_guard"] = summary
+    text = "\n".join(guard_table(results))
+    assert "| ratio_std > 0.3 on >= 16 tokens | 2 |" in text and "| 6/16 | 6 / 8 / 2 | 4.0 |" in text
 
 
 def test_drop_interval_and_the_across_tasks_summary():

@@ -16,9 +16,10 @@
                                          fixed clip (H1), ACPO's mean ranges frozen per bin (H2) and a 1-bin ACPO
                                          (H3) x 16 seeds at upr 16 (ACPO alpha 3 and DAPO extended to them) and
                                          8 seeds at upr 2, reusing the committed cells
-    acpo-study run --guard               the drift guard's proof, into study/smollm2/: ACPO alpha 3 and DAPO at upr 16,
-                                         guarded on the bin-0 ratio std at 0.3, at both levels (a first) x 8
-                                         seeds, paired with the committed unguarded cells
+    acpo-study run --guard               the drift guard with its token rule, into study/smollm2/: ACPO alpha 3 and
+                                         DAPO at upr 16 x 8 seeds, paired with the committed unguarded cells:
+                                         ratio_std at 0.3 at level b, then level a, then kl at level a
+                                         (`--levels b`, `--measures ratio_std`: fewer)
     acpo-study run --second-task         the second task, into study/smollm2/: SmolLM2 on single-digit multiplication
                                          at lr 1e-6 x ACPO (paper, authors' defaults), DAPO, CISPO and the ablation's
                                          variants that matched ACPO alpha 3 x upr 2/16 x 8 seeds (after the ablation)
@@ -85,9 +86,9 @@ def _specs(args) -> list:
                                             results=load_results(args.out))
                 if not args.methods or s.method in args.methods]
     if args.guard:
-        levels = [level for level in REAL_MODEL_LEVELS if not args.levels or level.name in args.levels]
-        return [s for s in guard_grid(levels=levels, seeds=range(args.seeds or 8))
-                if not args.methods or s.method in args.methods]
+        levels = [name for name in ("b", "a") if not args.levels or name in args.levels]
+        return [s for s in guard_grid(levels=levels, seeds=range(args.seeds or 8), measures=args.measures or
+                                      ("ratio_std", "kl")) if not args.methods or s.method in args.methods]
     if args.real_model:
         variants = [v for v in REAL_MODEL_VARIANTS if not args.methods or v[0] in args.methods]
         levels = [level for level in REAL_MODEL_LEVELS if not args.levels or level.name in args.levels]
@@ -245,7 +246,7 @@ def build_parser() -> argparse.ArgumentParser:
         mode.add_argument("--second-task", action="store_true",
                           help="the real-model grid's level b on single-digit multiplication")
         mode.add_argument("--guard", action="store_true",
-                          help="the drift guard's proof on the real model (both levels; --levels a: one)")
+                          help="the drift guard on the real model (levels b, a; --levels b: one)")
         mode.add_argument("--ablation", action="store_true",
                           help="why ACPO wins: the real-model grid's level b with H1/H2/H3 variants (--seeds: upr 16)")
         p.add_argument("--jobs", type=int, default=None,
@@ -259,6 +260,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--levels", nargs="+", default=None,
                        help=f"--drift: drift levels ({', '.join(level.name for level in DRIFT_LEVELS)}); --real-model: "
                             f"{', '.join(level.name for level in REAL_MODEL_LEVELS)} (default all)")
+        p.add_argument("--measures", nargs="+", choices=("ratio_std", "kl"), default=None,
+                       help="--guard: the guard's measures (default both; kl runs at level a)")
         p.add_argument("--methods", nargs="+", default=None,
                        help=f"policy losses (default {' '.join(PAPER_METHODS)}; 'all': every registered one)")
         p.add_argument("--uprs", nargs="+", type=int, default=None)
@@ -302,6 +305,8 @@ def _check_args(args) -> None:
         if not (args.drift or args.real_model or args.guard):
             raise UserError("--levels: only the drift grids have drift levels", "add --drift, --real-model or "
                             "--guard, or drop --levels")
+    if args.measures is not None and not args.guard:
+        raise UserError("--measures: only the guard's grid has measures", "add --guard, or drop --measures")
         names = [level.name for level in (DRIFT_LEVELS if args.drift else REAL_MODEL_LEVELS)]
         unknown = [name for name in args.levels if name not in names]
         if unknown:

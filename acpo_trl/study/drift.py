@@ -343,3 +343,37 @@ def _plot_drift_map(curves: dict, reference: dict | None, out_png: Path, task: s
     ax_acc.set(ylabel=f"final held-out accuracy at upr {upr}", title="accuracy off-policy")
     ax_drop.legend(fontsize=7, loc="upper left")
     save_figure(plt, fig, str(out_png))
+
+
+def mean_k3(diagnostics: dict, k: int) -> float | None:
+    """k3 = mean(r - 1 - log r) over a run's tokens at update index ``k``, from its per-bin run means:
+    sum_b token_frac_b (ratio_mean_b - 1 - logratio_mean_b) over the bins with all three (exact for one step; of run
+    means, a product of means). None when no bin has them."""
+    bins = diagnostics["bins"]
+    cells = [key for key in bins.get("token_frac", {}) if key.startswith(f"{k},") and key in bins.get("ratio_mean", {})
+             and key in bins.get("logratio_mean", {})]
+    weight = sum(bins["token_frac"][key] for key in cells)
+    if not weight:
+        return None
+    return sum(bins["token_frac"][key] * (bins["ratio_mean"][key] - 1 - bins["logratio_mean"][key])
+               for key in cells) / weight
+
+
+def k3_at_ratio_std(results: list[dict], threshold: float = 0.3, upr: int = 16) -> dict:
+    """The k3 that goes with a bin-0 ratio std of ``threshold`` (the drift guard's ``KL_THRESHOLD``): for every
+    unguarded run at ``upr`` updates per rollout (no option beyond its method's) whose run-mean bin-0 ratio std
+    reaches ``threshold`` at some update index k, its :func:`mean_k3` at the first such k. Returns the median over
+    those runs, with each run's (run_id, k, k3) and how many runs never reached it."""
+    crossings, never = [], 0
+    for r in results:
+        spec = r["spec"]
+        if spec["upr"] != upr or spec.get("options") or not r.get("diagnostics", {}).get("bins"):
+            continue
+        stds = r["diagnostics"]["bins"].get("ratio_std", {})
+        first = next((k for k in range(upr) if stds.get(f"{k},0", 0.0) >= threshold), None)
+        if first is None:
+            never += 1
+        elif mean_k3(r["diagnostics"], first) is not None:
+            crossings.append((r["run_id"], first, mean_k3(r["diagnostics"], first)))
+    median = statistics.median(c[2] for c in crossings) if crossings else math.nan
+    return {"median": median, "runs": crossings, "never": never}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from ..drift_guard import KL_THRESHOLD, MIN_TOKENS
 from .cell import DEFAULT_LR, variant_label
 from .recipe import RecipeRunSpec
 from .results import clip_free
@@ -267,14 +268,24 @@ def second_task_grid(variants=None, uprs=(2, 16), seeds=range(8),
             + [s for s, ref in zip(specs, is_reference) if not ref and not (s.upr == 2 and s.seed in same)])
 
 
-# The drift guard's proof on the real model (docs/RESULTS.md, "A drift guard"): the real-model grid's recipe at both
-# levels, ACPO alpha 3 and DAPO at 16 updates per rollout, guarded on the bin-0 ratio std at 0.3 (the drift map's
-# boundary, fixed before any run), paired by seed with the committed unguarded cells. A skipped update still counts
-# as a step, so a guarded cell samples its unguarded pair's rollouts (prompts and number of completions).
-GUARD_OPTIONS = (("drift_guard", "ratio_std"), ("drift_guard_threshold", 0.3))
-GUARD_VARIANTS = (("acpo", None, None, GUARD_OPTIONS), ("dapo", None, None, GUARD_OPTIONS))
+# The drift guard on the real model (docs/RESULTS.md, "A drift guard"): the real-model grid's recipe, ACPO alpha 3
+# and DAPO at 16 updates per rollout, paired by seed with the committed unguarded cells. A skipped update still
+# counts as a step, so a guarded cell samples its unguarded pair's rollouts (prompts and number of completions).
+# The first guarded runs (committed, 2026-12-03) decided on the bin-0 ratio std at 0.3 whatever its token count;
+# these decide by the token rule (acpo_trl/drift_guard.py), fixed before their runs: ratio_std at 0.3 on at least
+# 16 bin-0 tokens, else k3 over all tokens at KL_THRESHOLD; and the "kl" arm, k3 at KL_THRESHOLD on 16 tokens.
+MIN_TOKENS_OPTION = (("drift_guard_min_tokens", MIN_TOKENS),)
+GUARD_OPTIONS = (("drift_guard", "ratio_std"), ("drift_guard_threshold", 0.3), *MIN_TOKENS_OPTION)
+KL_GUARD_OPTIONS = (("drift_guard", "kl"), ("drift_guard_threshold", KL_THRESHOLD), *MIN_TOKENS_OPTION)
+GUARD_METHODS = ("acpo", "dapo")
 
 
-def guard_grid(levels=REAL_MODEL_LEVELS, seeds=range(8)) -> list[RecipeRunSpec]:
-    """The guarded cells, level a (lr 2e-5) before level b (lr 1e-6), seed-major within a level."""
-    return real_model_grid(levels=levels, variants=GUARD_VARIANTS, uprs=(16,), seeds=seeds)
+def guard_grid(levels=("b", "a"), seeds=range(8), measures=("ratio_std", "kl")) -> list[RecipeRunSpec]:
+    """The guarded cells, seed-major within a level: the ratio_std guard at level b (lr 1e-6), then at level a (lr
+    2e-5), then the kl guard at level a (the issue's order: the kl arm only if the budget allows)."""
+    by_name = {level.name: level for level in REAL_MODEL_LEVELS}
+    arms = [(name, GUARD_OPTIONS) for name in levels if "ratio_std" in measures]
+    arms += [("a", KL_GUARD_OPTIONS)] if "kl" in measures and "a" in levels else []
+    return [spec for name, options in arms
+            for spec in real_model_grid(levels=[by_name[name]], uprs=(16,), seeds=seeds,
+                                        variants=[(method, None, None, options) for method in GUARD_METHODS])]

@@ -66,7 +66,9 @@ def write_result(spec, run_dir: Path, evals: list[dict], start: float, code: str
 def summarize_guard(entries: list[dict]) -> dict | None:
     """A guarded run's drift guard (None for a run without one): the updates it applied and the rollouts it cut
     short in all, the updates each rollout took (a rollout starts at a step that logs the rollout ``reward``), and
-    both measures at each measured step (``[step, ratio_std, kl]``, None where a measure had no token)."""
+    each decision (``[step, ratio_std, kl, bin-0 tokens, tokens, decided_by]``: the measures, None where one had no
+    token, the tokens they rested on and how the decision was taken, ``drift_guard.OWN`` / ``FALLBACK`` /
+    ``UNDECIDED``; the last three None for a run made before the guard logged them)."""
     guarded = [e for e in entries if isinstance(e.get("drift_guard/updates_applied"), (int, float))]
     if not guarded:
         return None
@@ -79,8 +81,14 @@ def summarize_guard(entries: list[dict]) -> dict | None:
     def finite(value):
         return value if isinstance(value, (int, float)) and math.isfinite(value) else None
 
-    measured = [[e["step"], finite(e.get("drift_guard/ratio_std")), finite(e.get("drift_guard/kl"))] for e in guarded
-                if finite(e.get("drift_guard/ratio_std")) is not None or finite(e.get("drift_guard/kl")) is not None]
+    def count(value):
+        return int(value) if finite(value) is not None else None
+
+    measured = [[e["step"], finite(e.get("drift_guard/ratio_std")), finite(e.get("drift_guard/kl")),
+                 count(e.get("drift_guard/bin0_tokens")), count(e.get("drift_guard/tokens")),
+                 count(e.get("drift_guard/decided_by"))] for e in guarded
+                if finite(e.get("drift_guard/ratio_std")) is not None or finite(e.get("drift_guard/kl")) is not None
+                or finite(e.get("drift_guard/decided_by")) is not None]
     return {"updates_applied": int(guarded[-1]["drift_guard/updates_applied"]),
             "rollouts_cut": int(guarded[-1]["drift_guard/rollouts_cut"]),
             "updates_per_rollout": per_rollout, "measures": measured}

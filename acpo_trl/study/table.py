@@ -17,6 +17,8 @@ import random
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from ..drift_guard import FALLBACK, OWN, UNDECIDED
+from .drift import k3_at_ratio_std
 from .results import group_of
 
 
@@ -241,20 +243,23 @@ def guard_table(results: list[dict]) -> list[str]:
              "Guarded runs against the same method's unguarded runs of the same seeds (the same prompts and sampled "
              "completions per rollout). Differences of final sampled accuracy in points, mean over seeds [95% "
              "bootstrap interval over seeds]. Cut: rollouts the guard cut short, of all rollouts. Steps applied: "
-             "optimizer updates applied, of the run's steps (a skipped update still counts as a step). Undefined: "
-             "measured updates whose mini-batch gave the guard's measure no token (no bin-0 token for ratio_std), "
-             "which passes no threshold. Last rollout: the mean updates the runs' last rollout took. Wall: mean "
+             "optimizer updates applied, of the run's steps (a skipped update still counts as a step). On <= 1 "
+             "bin-0 token: decisions whose mini-batch held at most one bin-0 token (a ratio std of exactly 0 or "
+             "none), of all decisions. Decided on: decisions taken on the guard's own measure / on the k3 fallback "
+             "/ on too few tokens for either (update applied), for runs with the token rule (drift_guard.py). "
+             "Last rollout: the mean updates the runs' last rollout took. Wall: mean "
              "seconds per run, guarded / unguarded.", "",
              "| task | variant | upr | guard | seeds | final acc | - unguarded, same upr | - unguarded, fewest upr | "
-             "collapsed (guarded / unguarded) | cut | steps applied | updates per rollout (mean) | undefined | "
-             "last rollout | wall s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "collapsed (guarded / unguarded) | cut | steps applied | updates per rollout (mean) | on <= 1 bin-0 "
+             "token | decided on own / fallback / none | last rollout | wall s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     groups = defaultdict(list)
     for r in guarded:
         spec = r["spec"]
         guard = _guard_options(r)
         key = (group_of(r), spec["method"], spec.get("alpha"), json.dumps(spec.get("clip")), spec["upr"],
-               f"{guard.get('drift_guard')} > {guard.get('drift_guard_threshold')}")
+               f"{guard.get('drift_guard')} > {guard.get('drift_guard_threshold')}"
+               + (f" on >= {guard['drift_guard_min_tokens']} tokens" if "drift_guard_min_tokens" in guard else ""))
         groups[key].append(r)
     for (group, method, alpha, clip, upr, rule), runs in sorted(groups.items(), key=lambda kv: kv[0][:2] + kv[0][4:]):
         def same_method(r):
@@ -280,9 +285,10 @@ def guard_table(results: list[dict]) -> list[str]:
         rollouts = sum(len(r["drift_guard"]["updates_per_rollout"]) for r in runs)
         taken = [n for r in runs for n in r["drift_guard"]["updates_per_rollout"]]
         unguarded_same = [same[s] for s in sorted(same) if s in by_seed]
-        column = 1 if rule.startswith("ratio_std") else 2  # [step, ratio_std, kl]
         measured = [m for r in runs for m in r["drift_guard"]["measures"]]
-        undefined = sum(m[column] is None for m in measured)
+        few = sum((m[3] <= 1) if len(m) > 3 and m[3] is not None else m[1] in (None, 0.0) for m in measured)
+        ways = [sum(len(m) > 5 and m[5] == way for m in measured) for way in (OWN, FALLBACK, UNDECIDED)]
+        decided = " / ".join(map(str, ways)) if any(len(m) > 5 and m[5] is not None for m in measured) else "–"
         last = _mean([r["drift_guard"]["updates_per_rollout"][-1] for r in runs])
         lines.append(
             f"| {group} | `{method}` | {upr} | {rule} | {len(runs)} | {_mean(list(by_seed.values())):.3f} | "
@@ -291,8 +297,16 @@ def guard_table(results: list[dict]) -> list[str]:
             f"{sum(r['collapsed'] for r in unguarded_same)}/{len(unguarded_same)} | "
             f"{sum(r['drift_guard']['rollouts_cut'] for r in runs)}/{rollouts} | "
             f"{sum(r['drift_guard']['updates_applied'] for r in runs)}/{steps} | {_mean(taken):.1f} | "
-            f"{undefined}/{len(measured)} | {last:.1f} | "
+            f"{few}/{len(measured)} | {decided} | {last:.1f} | "
             f"{_mean([r['seconds'] for r in runs]):.0f} / {_mean([r['seconds'] for r in unguarded_same]):.0f} |")
+    lines.append("")
+    for task in sorted({r["spec"]["task"] for r in guarded}):
+        found = k3_at_ratio_std([r for r in results if r["spec"]["task"] == task])
+        if found["runs"]:
+            lines.append(f"The k3 that goes with a bin-0 ratio std of 0.3 on {task} (`drift_guard.KL_THRESHOLD`, "
+                         "`study/drift.py::k3_at_ratio_std`): median {:.3f} over the {} unguarded runs at 16 updates "
+                         "per rollout whose run-mean bin-0 std reaches 0.3 ({} never do), at the first update index "
+                         "that does.".format(found["median"], len(found["runs"]), found["never"]))
     return lines + [""]
 
 
