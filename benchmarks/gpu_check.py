@@ -148,25 +148,36 @@ def download_wheels(directory: str, python_version: str) -> int:
     return code
 
 
-def install_wheels(directory: str, log) -> dict:
-    """Offline: the requirements resolved against the folder and what is installed (never torch: no wheel of it
-    travels); if that fails (e.g. an installed package outside a pin), the folder's wheels without dependencies.
-    Then the package itself, editable, without dependencies."""
+def install_commands(directory: str) -> tuple[list[str], list[str]]:
+    """The offline install's two pip commands: the requirements resolved against the folder and what is installed,
+    and the fallback, the folder's wheels as they are, without dependencies. Neither installs the package itself."""
     pip = [sys.executable, "-m", "pip", "install", "--no-index", "--find-links", directory, "--no-cache-dir",
            "--disable-pip-version-check"]
-    record = {"wheels": directory}
-    result = _run_logged([*pip, *INSTALL_REQUIREMENTS], log)
+    return [*pip, *INSTALL_REQUIREMENTS], [*pip, "--no-deps", *WHEELS]
+
+
+def install_wheels(directory: str, log, run=None) -> dict:
+    """Offline: the requirements resolved against the folder and what is installed (never torch: no wheel of it
+    travels); if that fails (e.g. an installed package outside a pin), the folder's wheels without dependencies.
+
+    The package itself is not installed: every part imports ``acpo_trl`` from this checkout, first on its
+    ``sys.path`` (``run_child``) or ``PYTHONPATH`` (the CUDA tests), which is what the check measures. An editable
+    install added nothing to that and failed offline on the H200 image: with setup.py and no pyproject.toml, and
+    setuptools and wheel installed, an older pip (23.2 reproduced it) runs setuptools' ``setup.py develop``, which
+    from setuptools 80 runs ``pip install -e .`` again without ``--no-index`` or ``--no-build-isolation``, and that
+    pip looks for setuptools on an index (docs/gpu_check.md)."""
+    run = run or _run_logged
+    resolve, as_they_are = install_commands(directory)
+    record = {"wheels": directory, "package": "not installed: imported from the checkout (sys.path)"}
+    result = run(resolve, log)
     record["mode"] = "resolved"
     if result.returncode != 0:
         record["mode"] = "no-deps fallback"
         record["resolve_error"] = result.stdout[-1500:]
-        result = _run_logged([*pip, "--no-deps", *WHEELS], log)
+        result = run(as_they_are, log)
         if result.returncode != 0:
             record["mode"] = "failed"
             record["error"] = result.stdout[-1500:]
-            return record
-    result = _run_logged([*pip, "--no-deps", "--no-build-isolation", "-e", str(REPO)], log)
-    record["package"] = "editable install" if result.returncode == 0 else "from the checkout (sys.path)"
     return record
 
 
@@ -188,8 +199,11 @@ def machine_info(device: str) -> dict:
 
     import torch
 
+    import acpo_trl
+
     info = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-            "cpu_count": os.cpu_count(), "platform": platform.platform()}
+            "cpu_count": os.cpu_count(), "platform": platform.platform(),
+            "acpo_trl": str(Path(acpo_trl.__file__).resolve().parent)}  # this checkout (install_wheels)
     for package in ("transformers", "accelerate", "trl", "datasets", "peft"):
         try:
             info[package] = metadata.version(package)

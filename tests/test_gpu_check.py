@@ -51,8 +51,37 @@ def test_tiny_check_reports_every_figure(tmp_path):
     assert results["loss_compiled"]["matches_eager"] is True
     machine = results["machine"]
     assert machine["gpu"] is None and machine["torch"] and machine["trl"]
+    assert machine["acpo_trl"] == str(REPO / "acpo_trl")  # this checkout, never an installed copy
     for name in ("torch", "transformers", "trl"):
         assert f"{name} {machine[name]}" in table
+
+
+def _fake_pip(codes):
+    calls, codes = [], iter(codes)
+
+    def run(command, log):
+        calls.append(command)
+        return subprocess.CompletedProcess(command, next(codes), stdout="pip output")
+
+    return calls, run
+
+
+@pytest.mark.parametrize("codes, mode", [((0,), "resolved"), ((1, 0), "no-deps fallback"), ((1, 1), "failed")])
+def test_the_offline_install_uses_no_index_and_never_installs_the_package(tmp_path, codes, mode):
+    gpu_check = load_script()
+    wheels = tmp_path / "gpu_wheels"
+    wheels.mkdir()
+    calls, run = _fake_pip(codes)
+    record = gpu_check.install_wheels(str(wheels), log=None, run=run)
+    assert record["mode"] == mode and record["package"].startswith("not installed")
+    resolve, as_they_are = gpu_check.install_commands(str(wheels))
+    assert calls == [resolve, as_they_are][:len(codes)]
+    for command in calls:
+        assert command[1:6] == ["-m", "pip", "install", "--no-index", "--find-links"] and command[6] == str(wheels)
+        # no editable install of the checkout: setuptools' develop would call pip again, on an index
+        assert "-e" not in command and str(REPO) not in command
+    assert resolve[-len(gpu_check.INSTALL_REQUIREMENTS):] == list(gpu_check.INSTALL_REQUIREMENTS)
+    assert as_they_are[-len(gpu_check.WHEELS) - 1:] == ["--no-deps", *gpu_check.WHEELS]
 
 
 def test_every_file_with_cuda_tests_is_run_by_the_check():
