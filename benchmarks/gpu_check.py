@@ -1,16 +1,18 @@
 #!/usr/bin/env python3
-"""GPU check: the suite's CUDA tests, and ACPO's cost against TRL's GRPO at Qwen2.5-1.5B's shape, on one CUDA GPU.
+"""GPU check: the suite's CUDA tests, and ACPO's cost against TRL's GRPO at Qwen2.5-1.5B's and Qwen2.5-3B's shapes,
+on one CUDA GPU.
 
 One script for a machine with one CUDA GPU, no network, and torch, transformers and accelerate preinstalled
-(docs/gpu_check.md). The package's other dependencies travel as a folder of wheels (WHEELS, 3.4 MB):
+(docs/gpu_check.md). The package's other dependencies travel as a folder of wheels (WHEELS, 3.4 MB); the package
+itself is imported from this checkout, not installed (install_wheels says why):
 
     python benchmarks/gpu_check.py --download-wheels gpu_wheels           # here, with registry access
     python3 benchmarks/gpu_check.py --wheels gpu_wheels --out gpu_results  # there: install offline, then check
     python benchmarks/gpu_check.py --tiny --out /tmp/gpu_check            # the same code on CPU, tiny (CI)
 
 Parts, each in a process of its own (a crash or an out-of-memory loses that part only), under one time budget
-(``--budget-s``, 450 s by default: with the offline install the whole check stays under 8 minutes on an H100-class
-GPU); a part that would overrun is cut short or skipped, with a note:
+(``--budget-s``, 450 s by default: with the offline install the whole check stays under 8 minutes on one H100-class
+GPU; the H200 ran the first four parts in 97 s); a part that would overrun is cut short or skipped, with a note:
 
 1. ``cuda_tests``: ``pytest -m cuda`` over CUDA_TEST_FILES (they skip without a GPU); pass/fail counts.
 2. ``loss_eager``: ACPO's loss against the fixed clip (``ppo_clip``) on the same ``(8, 2048)`` tensors, forward +
@@ -19,12 +21,17 @@ GPU); a part that would overrun is cut short or skipped, with a note:
    GRPOTrainer (TRL's fixed clip), ``loss_type="grpo"`` both, on one randomly initialised model of Qwen2.5-1.5B's
    shape (built from a config: nothing is downloaded) and the same synthetic off-policy batch of 8 completions of
    2,048 tokens; bf16 autocast over fp32 weights where the GPU has bf16 (as the recipes train), activation
-   checkpointing (TRL's default). The two trainers alternate over rounds in one process: median step time and
-   peak CUDA memory side by side, and their ratios.
-4. ``loss_compiled``: part 2 under ``torch.compile`` (compile time, then the same timing), checked against eager.
+   checkpointing (TRL's default). The trainers alternate over rounds in one process: median step time and peak
+   CUDA memory side by side, and their ratios to GRPOTrainer's.
+4. ``paper_step``: the same at the paper's scale, Qwen2.5-3B's shape and 8 completions of 3,072 tokens, with the
+   controls that tell ACPO's code from the width of its clip (STEP_TRAINERS): ``acpo`` with ``acpo_alpha: 0``
+   (every bin computed, eps 0.2 everywhere), ``ppo_clip`` at epsilon 0.2 and at WIDE_EPSILON; each trainer's
+   fraction of clipped tokens and clip range beside its time.
+5. ``loss_compiled``: part 2 under ``torch.compile`` (compile time, then the same timing), checked against eager.
 
 Writes ``results.json``, ``results.md`` (a table with the machine), ``cuda_tests.xml`` and ``log.txt`` to ``--out``.
-Exit status: 0 every part ran and no test failed; 1 a part or a test failed; 3 a part was skipped or cut for time.
+Exit status: 0 every part ran and no test failed; 1 a part or a test failed; 3 a part was skipped (for time, or a
+GPU too small for a step) or cut short for time.
 
 Only the standard library is imported at the top: the script installs the wheels before anything imports TRL.
 """
@@ -67,23 +74,65 @@ CUDA_TEST_FILES = ("tests/test_cuda.py",)
 # Qwen2.5-1.5B's shape (its config.json): 1.54 B parameters, 0.23 B of them the tied embedding.
 QWEN25_15B = dict(hidden_size=1536, intermediate_size=8960, num_hidden_layers=28, num_attention_heads=12,
                   num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True, rms_norm_eps=1e-6)
+# Qwen2.5-3B's shape (its config.json): 3.09 B parameters; the paper's Countdown and HiTab model (docs/recipes.md).
+QWEN25_3B = dict(hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
+                 num_key_value_heads=2, vocab_size=151936, tie_word_embeddings=True, rms_norm_eps=1e-6)
 # vocab_size None: the byte-level tokenizer's (~260 tokens)
 TINY_MODEL = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
                   num_key_value_heads=2, vocab_size=None, tie_word_embeddings=True, rms_norm_eps=1e-6)
 
-MODES = {
-    "full": dict(device="cuda", model=QWEN25_15B, model_name="Qwen2.5-1.5B shape, random init", completions=8,
-                 completion_len=2048, prompt_len=128, rounds=4, steps_per_round=2, loss_shape=(8, 2048),
-                 loss_repeats=21, loss_inner=10, compile_backend="inductor", budget_s=450,
-                 caps={"cuda_tests": 200, "loss_eager": 90, "train_step": 240, "loss_compiled": 240},
-                 reserve={"cuda_tests": 150, "loss_eager": 150, "train_step": 60, "loss_compiled": 0}),
-    "tiny": dict(device="cpu", model=TINY_MODEL, model_name="tiny Qwen2 (hidden 64, 2 layers), random init",
-                 completions=8, completion_len=64, prompt_len=16, rounds=2, steps_per_round=1, loss_shape=(8, 256),
-                 loss_repeats=5, loss_inner=2, compile_backend="aot_eager", budget_s=150,
-                 caps={"cuda_tests": 90, "loss_eager": 60, "train_step": 90, "loss_compiled": 90},
-                 reserve={"cuda_tests": 30, "loss_eager": 30, "train_step": 15, "loss_compiled": 0}),
+# The fixed clip of the wide control: ACPO's cap (acpo_clip_max), the widest range its rule can open, and the epsilon
+# of the H200 control (docs/gpu_check.md, "Results"). Fixed before the run, not read from ACPO's own: which tokens'
+# gradient a clip passes is what it can cost, and every trainer's clip fraction is reported beside its time.
+WIDE_EPSILON = 3.0
+# Every trainer a step part can time, against GRPOTrainer in the same process: (label, ACPOConfig fields; None:
+# TRL's GRPOTrainer). Each differs from `acpo` in one thing, so that a difference in time has one cause.
+STEP_TRAINERS = {
+    "grpo": ("GRPOTrainer", None),
+    "acpo": ("ACPOTrainer (acpo)", dict(policy_loss="acpo")),
+    # every bin computed, as in `acpo`, but eps = base 0.2 everywhere: ACPO's code at a fixed clip's width
+    "acpo_alpha0": ("ACPOTrainer (acpo, acpo_alpha 0)", dict(policy_loss="acpo", acpo_alpha=0.0)),
+    "ppo_clip": ("ACPOTrainer (ppo_clip, epsilon 0.2)", dict(policy_loss="ppo_clip", epsilon=0.2)),
+    "ppo_clip_wide": (f"ACPOTrainer (ppo_clip, epsilon {WIDE_EPSILON:g})",
+                      dict(policy_loss="ppo_clip", epsilon=WIDE_EPSILON)),
 }
-PARTS = ("cuda_tests", "loss_eager", "train_step", "loss_compiled")
+
+# The step parts: one model shape and batch each, its trainers timed side by side in one process. `min_gpu_gib`:
+# skipped (noted) on a smaller GPU; the H200 measured peaks of 25.6 GiB and 50.8 GiB.
+STEPS = {
+    "full": {
+        "train_step": dict(model=QWEN25_15B, model_name="Qwen2.5-1.5B shape, random init", completions=8,
+                           completion_len=2048, prompt_len=128, rounds=4, steps_per_round=2,
+                           trainers=("grpo", "acpo"), min_gpu_gib=30),
+        "paper_step": dict(model=QWEN25_3B, model_name="Qwen2.5-3B shape, random init", completions=8,
+                           completion_len=3072, prompt_len=128, rounds=4, steps_per_round=2,
+                           trainers=tuple(STEP_TRAINERS), min_gpu_gib=56),
+    },
+    "tiny": {
+        "train_step": dict(model=TINY_MODEL, model_name="tiny Qwen2 (hidden 64, 2 layers), random init",
+                           completions=8, completion_len=64, prompt_len=16, rounds=2, steps_per_round=1,
+                           trainers=("grpo", "acpo")),
+        "paper_step": dict(model=dict(TINY_MODEL, num_hidden_layers=3),
+                           model_name="tiny Qwen2 (hidden 64, 3 layers), random init", completions=8,
+                           completion_len=96, prompt_len=16, rounds=2, steps_per_round=1,
+                           trainers=tuple(STEP_TRAINERS)),
+    },
+}
+
+MODES = {
+    "full": dict(device="cuda", steps=STEPS["full"], loss_shape=(8, 2048), loss_repeats=21, loss_inner=10,
+                 compile_backend="inductor", budget_s=450,
+                 caps={"cuda_tests": 150, "loss_eager": 60, "train_step": 150, "paper_step": 240,
+                       "loss_compiled": 180},
+                 reserve={"cuda_tests": 270, "loss_eager": 250, "train_step": 200, "paper_step": 40,
+                          "loss_compiled": 0}),
+    "tiny": dict(device="cpu", steps=STEPS["tiny"], loss_shape=(8, 256), loss_repeats=5, loss_inner=2,
+                 compile_backend="aot_eager", budget_s=150,
+                 caps={"cuda_tests": 90, "loss_eager": 60, "train_step": 90, "paper_step": 90, "loss_compiled": 90},
+                 reserve={"cuda_tests": 45, "loss_eager": 45, "train_step": 30, "paper_step": 15,
+                          "loss_compiled": 0}),
+}
+PARTS = ("cuda_tests", "loss_eager", "train_step", "paper_step", "loss_compiled")
 MIN_PART_S = 15  # a part with less time than this left is skipped
 
 # The loss config: ACPO's defaults (the paper's run) and TRL's fixed clip.
@@ -104,12 +153,17 @@ def figures(device: str) -> list[tuple[str, str, str, str]]:
         ("cuda_tests.skipped", "CUDA tests", "skipped", "tests"),
         ("cuda_tests.wall_s", "CUDA tests", "wall time", "s"),
     ]
-    for key, name in (("grpo", "GRPOTrainer"), ("acpo", "ACPOTrainer (acpo)")):
-        rows += [(f"train_step.{key}.step_s", "optimizer step", f"{name} step time (median)", "s"),
-                 (f"train_step.{key}.peak_mib", "optimizer step", f"{name} {peak}", mem),
-                 (f"train_step.{key}.step_mib", "optimizer step", f"{name} {work}", mem)]
-    rows += [("train_step.ratio.step_s", "optimizer step", "step time, ACPO / GRPO", "x"),
-             ("train_step.ratio.peak_mib", "optimizer step", "peak memory, ACPO / GRPO", "x")]
+    for part, label in (("train_step", "optimizer step"), ("paper_step", "paper-scale step")):
+        for key in STEPS["full"][part]["trainers"]:
+            name = STEP_TRAINERS[key][0]
+            rows += [(f"{part}.{key}.step_s", label, f"{name} step time (median)", "s"),
+                     (f"{part}.{key}.peak_mib", label, f"{name} {peak}", mem),
+                     (f"{part}.{key}.step_mib", label, f"{name} {work}", mem)]
+            if key != "grpo":
+                rows += [(f"{part}.{key}.step_ratio", label, f"{name} step time / GRPOTrainer's", "x"),
+                         (f"{part}.{key}.peak_ratio", label, f"{name} peak memory / GRPOTrainer's", "x")]
+            rows += [(f"{part}.{key}.clip_frac", label, f"{name} tokens clipped (gradient cut), mean", "fraction"),
+                     (f"{part}.{key}.clip_eps", label, f"{name} clip range (ACPO: token-weighted mean)", "eps")]
     for mode in ("eager", "compiled"):
         rows += [(f"loss_{mode}.ppo_clip_ms", loss, f"fixed clip (ppo_clip), {mode}, fwd + bwd (median)", "ms"),
                  (f"loss_{mode}.acpo_ms", loss, f"acpo, {mode}, fwd + bwd (median)", "ms"),
@@ -148,25 +202,36 @@ def download_wheels(directory: str, python_version: str) -> int:
     return code
 
 
-def install_wheels(directory: str, log) -> dict:
-    """Offline: the requirements resolved against the folder and what is installed (never torch: no wheel of it
-    travels); if that fails (e.g. an installed package outside a pin), the folder's wheels without dependencies.
-    Then the package itself, editable, without dependencies."""
+def install_commands(directory: str) -> tuple[list[str], list[str]]:
+    """The offline install's two pip commands: the requirements resolved against the folder and what is installed,
+    and the fallback, the folder's wheels as they are, without dependencies. Neither installs the package itself."""
     pip = [sys.executable, "-m", "pip", "install", "--no-index", "--find-links", directory, "--no-cache-dir",
            "--disable-pip-version-check"]
-    record = {"wheels": directory}
-    result = _run_logged([*pip, *INSTALL_REQUIREMENTS], log)
+    return [*pip, *INSTALL_REQUIREMENTS], [*pip, "--no-deps", *WHEELS]
+
+
+def install_wheels(directory: str, log, run=None) -> dict:
+    """Offline: the requirements resolved against the folder and what is installed (never torch: no wheel of it
+    travels); if that fails (e.g. an installed package outside a pin), the folder's wheels without dependencies.
+
+    The package itself is not installed: every part imports ``acpo_trl`` from this checkout, first on its
+    ``sys.path`` (``run_child``) or ``PYTHONPATH`` (the CUDA tests), which is what the check measures. An editable
+    install added nothing to that and failed offline on the H200 image: with setup.py and no pyproject.toml, and
+    setuptools and wheel installed, an older pip (23.2 reproduced it) runs setuptools' ``setup.py develop``, which
+    from setuptools 80 runs ``pip install -e .`` again without ``--no-index`` or ``--no-build-isolation``, and that
+    pip looks for setuptools on an index (docs/gpu_check.md)."""
+    run = run or _run_logged
+    resolve, as_they_are = install_commands(directory)
+    record = {"wheels": directory, "package": "not installed: imported from the checkout (sys.path)"}
+    result = run(resolve, log)
     record["mode"] = "resolved"
     if result.returncode != 0:
         record["mode"] = "no-deps fallback"
         record["resolve_error"] = result.stdout[-1500:]
-        result = _run_logged([*pip, "--no-deps", *WHEELS], log)
+        result = run(as_they_are, log)
         if result.returncode != 0:
             record["mode"] = "failed"
             record["error"] = result.stdout[-1500:]
-            return record
-    result = _run_logged([*pip, "--no-deps", "--no-build-isolation", "-e", str(REPO)], log)
-    record["package"] = "editable install" if result.returncode == 0 else "from the checkout (sys.path)"
     return record
 
 
@@ -188,8 +253,11 @@ def machine_info(device: str) -> dict:
 
     import torch
 
+    import acpo_trl
+
     info = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-            "cpu_count": os.cpu_count(), "platform": platform.platform()}
+            "cpu_count": os.cpu_count(), "platform": platform.platform(),
+            "acpo_trl": str(Path(acpo_trl.__file__).resolve().parent)}  # this checkout (install_wheels)
     for package in ("transformers", "accelerate", "trl", "datasets", "peft"):
         try:
             info[package] = metadata.version(package)
@@ -303,12 +371,12 @@ def part_loss(mode: dict, compiled: bool, deadline: float) -> dict:
     return result
 
 
-def build_model(mode: dict, tokenizer, device: str):
-    """A randomly initialised Qwen2 causal LM of the mode's shape, built on `device` from a config (no download)."""
+def build_model(spec: dict, tokenizer, device: str):
+    """A randomly initialised Qwen2 causal LM of the step's shape, built on `device` from a config (no download)."""
     import torch
     from transformers import AutoModelForCausalLM, Qwen2Config
 
-    shape = dict(mode["model"])
+    shape = dict(spec["model"])
     shape["vocab_size"] = shape["vocab_size"] or len(tokenizer)
     config = Qwen2Config(**shape, max_position_embeddings=4096, pad_token_id=tokenizer.pad_token_id,
                          eos_token_id=tokenizer.eos_token_id, bos_token_id=tokenizer.eos_token_id)
@@ -355,7 +423,10 @@ class MemoryMeter:
         return peak, peak - self.resident
 
 
-def part_train_step(mode: dict, deadline: float) -> dict:
+def part_train_step(mode: dict, part: str, deadline: float) -> dict:
+    """One optimizer step of each of the part's trainers (STEP_TRAINERS) on one model, one optimizer and one batch,
+    alternating over rounds: median step time and peak memory, each as a ratio to GRPOTrainer's, the fraction of
+    tokens each one's clip cut off the gradient, and the clip range it used."""
     import tempfile
 
     import torch
@@ -364,24 +435,31 @@ def part_train_step(mode: dict, deadline: float) -> dict:
     from acpo_trl import ACPOConfig, ACPOTrainer
     from acpo_trl.toy import build_tokenizer, toy_dataset, toy_reward
 
+    spec = mode["steps"][part]
     device = mode["device"]
     _require_device(device)
+    if device == "cuda" and spec.get("min_gpu_gib"):
+        gib = torch.cuda.get_device_properties(0).total_memory / 2**30
+        if gib < spec["min_gpu_gib"]:
+            return {"skipped": f"the GPU has {gib:.0f} GiB; this step needs about {spec['min_gpu_gib']} GiB"}
     bf16 = device == "cuda" and torch.cuda.is_bf16_supported()
     tokenizer = build_tokenizer()
     start = time.perf_counter()
-    model = build_model(mode, tokenizer, device)
+    model = build_model(spec, tokenizer, device)
     build_s = time.perf_counter() - start
-    batch, completion_len, prompt_len = mode["completions"], mode["completion_len"], mode["prompt_len"]
+    batch, completion_len, prompt_len = spec["completions"], spec["completion_len"], spec["prompt_len"]
     common = dict(report_to="none", use_cpu=device == "cpu", bf16=bf16, per_device_train_batch_size=batch,
                   num_generations=batch, steps_per_generation=4, max_completion_length=completion_len,
                   loss_type="grpo", beta=0.0, learning_rate=1e-6, disable_tqdm=True, save_strategy="no", seed=0)
     trainers = {}
     with tempfile.TemporaryDirectory() as tmp:
-        trainers["grpo"] = GRPOTrainer(model, toy_reward, args=GRPOConfig(output_dir=f"{tmp}/grpo", **common),
-                                       train_dataset=toy_dataset(8), processing_class=tokenizer)
-        trainers["acpo"] = ACPOTrainer(model, toy_reward,
-                                       args=ACPOConfig(output_dir=f"{tmp}/acpo", policy_loss="acpo", **common),
-                                       train_dataset=toy_dataset(8), processing_class=tokenizer)
+        for name in spec["trainers"]:
+            fields = STEP_TRAINERS[name][1]
+            args = (GRPOConfig(output_dir=f"{tmp}/{name}", **common) if fields is None
+                    else ACPOConfig(output_dir=f"{tmp}/{name}", **fields, **common))
+            trainer_class = GRPOTrainer if fields is None else ACPOTrainer
+            trainers[name] = trainer_class(model, toy_reward, args=args, train_dataset=toy_dataset(8),
+                                           processing_class=tokenizer)
     for trainer in trainers.values():
         trainer.current_gradient_accumulation_steps = 1
     model.train()
@@ -426,12 +504,12 @@ def part_train_step(mode: dict, deadline: float) -> dict:
     records = {name: [] for name in trainers}
     rounds_done = 0
     round_s = 0.0
-    for r in range(mode["rounds"]):
+    for r in range(spec["rounds"]):
         if time.time() + round_s > deadline:
             break
         begin = time.time()
         for name in (list(trainers) if r % 2 == 0 else list(trainers)[::-1]):  # ABBA: no order bias
-            for _ in range(mode["steps_per_round"]):
+            for _ in range(spec["steps_per_round"]):
                 records[name].append(step(trainers[name]))
         round_s = time.time() - begin
         rounds_done += 1
@@ -439,24 +517,51 @@ def part_train_step(mode: dict, deadline: float) -> dict:
         records = {name: [first[name]] for name in trainers}
     n_params = sum(p.numel() for p in model.parameters())
     result = {
-        "model": {"name": mode["model_name"], **{k: v for k, v in mode["model"].items() if v is not None},
+        "model": {"name": spec["model_name"], **{k: v for k, v in spec["model"].items() if v is not None},
                   "vocab_size": model.config.vocab_size, "parameters": n_params,
                   "attn_implementation": getattr(model.config, "_attn_implementation", None),
                   "activation_checkpointing": True, "build_s": build_s},
         "batch": {"completions": batch, "completion_len": completion_len, "prompt_len": prompt_len},
         "precision": "bf16 autocast, fp32 weights" if bf16 else "fp32",
         "optimizer": type(optimizer).__name__,
-        "rounds": rounds_done, "steps_per_round": mode["steps_per_round"],
+        "trainers": list(trainers),
+        "rounds": rounds_done, "steps_per_round": spec["steps_per_round"],
         "losses_finite": all(math.isfinite(x) for x in losses),
     }
-    if rounds_done < mode["rounds"]:
-        result["cut_short"] = f"time budget: {rounds_done} of {mode['rounds']} rounds"
+    if rounds_done < spec["rounds"]:
+        result["cut_short"] = f"time budget: {rounds_done} of {spec['rounds']} rounds"
     for name, rows in records.items():
         step_s, peak_mib, step_mib = (statistics.median(column) for column in zip(*rows))
         result[name] = {"step_s": step_s, "peak_mib": peak_mib, "step_mib": step_mib, "steps": len(rows),
-                        "warmup_step_s": first[name][0]}
-    result["ratio"] = {key: result["acpo"][key] / result["grpo"][key] for key in ("step_s", "peak_mib")}
+                        "warmup_step_s": first[name][0], "clip_frac": _clip_fraction(trainers[name], len(rows)),
+                        "clip_eps": _clip_eps(trainers[name], len(rows))}
+    for name in trainers:
+        if name != "grpo":
+            result[name].update(step_ratio=result[name]["step_s"] / result["grpo"]["step_s"],
+                                peak_ratio=result[name]["peak_mib"] / result["grpo"]["peak_mib"])
     return result
+
+
+def _clip_fraction(trainer, steps: int) -> float | None:
+    """The fraction of tokens whose gradient the clip cut off (``clip_ratio/region_mean``, as TRL and every clipped
+    method here log it), mean over the last `steps` steps."""
+    values = trainer._metrics["train"].get("clip_ratio/region_mean", [])[-steps:]
+    return statistics.fmean(values) if values else None
+
+
+def _clip_eps(trainer, steps: int) -> float:
+    """The clip range the trainer used: its fixed epsilon, or for ACPO the token-weighted mean of eps_b over its
+    bins (``acpo/bin{b}/eps`` x ``token_frac``), mean over the last `steps` steps."""
+    args = trainer.args
+    if getattr(args, "policy_loss", "trl") != "acpo":
+        return args.epsilon
+    metrics = trainer._metrics["train"]
+    per_step = []
+    for i in range(-steps, 0):
+        weighted = [(metrics[f"acpo/bin{b}/eps"][i], metrics[f"acpo/bin{b}/token_frac"][i])
+                    for b in range(args.acpo_num_bins)]
+        per_step.append(sum(eps * frac for eps, frac in weighted if frac > 0))
+    return statistics.fmean(per_step)
 
 
 def part_cuda_tests(mode: dict, deadline: float, out_dir: str) -> dict:
@@ -509,8 +614,8 @@ def run_child(part: str, mode_name: str, deadline: float, out_dir: str) -> dict:
         result = part_loss(mode, compiled=False, deadline=deadline)
     elif part == "loss_compiled":
         result = part_loss(mode, compiled=True, deadline=deadline)
-    elif part == "train_step":
-        result = part_train_step(mode, deadline)
+    elif part in mode["steps"]:
+        result = part_train_step(mode, part, deadline)
     else:
         raise ValueError(part)
     result["machine"] = machine_info(mode["device"])
@@ -560,6 +665,8 @@ def fmt(value) -> str:
     if isinstance(value, int):
         return f"{value:,}"
     if isinstance(value, float):
+        if 0 < abs(value) < 0.01:  # a clip fraction: three significant digits
+            return f"{value:.3g}"
         return f"{value:.3f}" if abs(value) < 100 else f"{value:,.0f}"
     return str(value)
 
@@ -574,7 +681,6 @@ def markdown(results: dict) -> str:
         where = f"CPU only ({machine.get('cpu_count')} cores), no GPU"
     versions = ", ".join(f"{k} {machine.get(k)}" for k in ("torch", "transformers", "accelerate", "trl", "datasets")
                          if machine.get(k))
-    step = results.get("train_step") or {}
     batch = mode["loss_shape"]
     lines = [
         "# GPU check results",
@@ -582,10 +688,17 @@ def markdown(results: dict) -> str:
         f"- machine: {where}; {versions}; Python {machine.get('python')}",
         f"- mode: `{results['mode']}`; {results['wall_s']:.0f} s of a {results['budget_s']:.0f} s budget; "
         f"{results['date']}",
-        f"- optimizer step: {mode['model_name']} ({fmt(lookup(step, 'model.parameters'))} parameters), "
-        f"{mode['completions']} completions x {mode['completion_len']:,} tokens + {mode['prompt_len']} prompt "
-        f"tokens, {step.get('precision', '?')}, activation checkpointing, {step.get('optimizer', '?')}; median "
-        f"of {step.get('rounds', '?')} alternating rounds x {mode['steps_per_round']} step(s) per trainer",
+    ]
+    for part, label in (("train_step", "optimizer step"), ("paper_step", "paper-scale step")):
+        spec, step = mode["steps"][part], results.get(part) or {}
+        names = ", ".join(STEP_TRAINERS[key][0] for key in spec["trainers"])
+        lines.append(
+            f"- {label}: {spec['model_name']} ({fmt(lookup(step, 'model.parameters'))} parameters), "
+            f"{spec['completions']} completions x {spec['completion_len']:,} tokens + {spec['prompt_len']} prompt "
+            f"tokens, {step.get('precision', '?')}, activation checkpointing, {step.get('optimizer', '?')}; "
+            f"{names}; median of {step.get('rounds', '?')} alternating rounds x {spec['steps_per_round']} step(s) "
+            "per trainer")
+    lines += [
         f"- loss alone: median of interleaved repeats of {mode['loss_inner']} calls; torch.compile backend "
         f"`{mode['compile_backend']}`",
         "",
@@ -656,19 +769,25 @@ def main(argv=None) -> int:
                 timeout = min(mode["caps"][part], left)
             if timeout < MIN_PART_S:
                 results[part] = {"skipped": f"time budget: {left:.0f} s left"}
+                results["parts"][part] = "skipped"
                 results["notes"].append(f"{part}: skipped, {left:.0f} s of the budget left")
                 status = status or 3
                 continue
             print(f"== {part} (at most {timeout:.0f} s; {left:.0f} s of the budget left)", flush=True)
             result = run_part(part, mode_name, timeout, str(out), log)
             results[part] = result
-            results["parts"][part] = "error" if "error" in result else ("cut short" if "cut_short" in result else "ok")
+            skipped = isinstance(result.get("skipped"), str)  # the CUDA tests' "skipped" is a count
+            results["parts"][part] = ("error" if "error" in result else "skipped" if skipped
+                                      else "cut short" if "cut_short" in result else "ok")
             if results["machine"] is None and "machine" in result:
                 results["machine"] = result.pop("machine")
             result.pop("machine", None)
             if "error" in result:
                 results["notes"].append(f"{part}: {result['error']}")
                 status = 1
+            elif skipped:
+                results["notes"].append(f"{part}: skipped ({result['skipped']})")
+                status = status or 3
             elif "cut_short" in result:
                 results["notes"].append(f"{part}: cut short ({result['cut_short']})")
                 status = status or 3
@@ -683,7 +802,7 @@ def main(argv=None) -> int:
                 results["notes"].append("the compiled losses differ from eager (rtol 1e-4; gradients on > 0.1% of "
                                         "the tokens)")
                 status = 1
-            if part == "train_step" and result.get("losses_finite") is False:
+            if part in mode["steps"] and result.get("losses_finite") is False:
                 results["notes"].append("a trainer step gave a non-finite loss")
                 status = 1
             results["wall_s"] = time.time() - begin

@@ -46,13 +46,73 @@ def test_tiny_check_reports_every_figure(tmp_path):
     tests = results["cuda_tests"]
     assert tests["failed"] == 0 and tests["passed"] == 0 and tests["skipped"] >= 3
     assert (tmp_path / "cuda_tests.xml").exists() and (tmp_path / "log.txt").exists()
-    step = results["train_step"]
-    assert step["losses_finite"] and step["rounds"] >= 1 and step["model"]["activation_checkpointing"]
+    for part, spec in gpu_check.STEPS["tiny"].items():
+        step = results[part]
+        assert step["losses_finite"] and step["rounds"] >= 1 and step["model"]["activation_checkpointing"]
+        assert step["trainers"] == list(spec["trainers"])
+        assert step["batch"]["completion_len"] == spec["completion_len"]
+        for key in spec["trainers"]:
+            assert 0.0 <= step[key]["clip_frac"] <= 1.0
+            if key != "grpo":  # every trainer against GRPOTrainer of the same process
+                assert step[key]["step_ratio"] == pytest.approx(step[key]["step_s"] / step["grpo"]["step_s"])
+        assert step["grpo"]["clip_eps"] == 0.2
+        assert step["acpo"]["clip_eps"] >= 0.2  # ACPO's range opens from the base with the ratio's spread
+    # the paper-scale step's controls: ACPO's bins at a fixed clip's width, and a fixed clip as wide as ACPO's cap
+    paper = results["paper_step"]
+    assert paper["acpo_alpha0"]["clip_eps"] == pytest.approx(0.2)
+    assert paper["ppo_clip"]["clip_eps"] == 0.2
+    assert paper["ppo_clip_wide"]["clip_eps"] == gpu_check.WIDE_EPSILON
+    assert "- paper-scale step: tiny Qwen2 (hidden 64, 3 layers)" in table
+    assert "| paper-scale step | ACPOTrainer (acpo, acpo_alpha 0) step time / GRPOTrainer's |" in table
+    assert "| paper-scale step | ACPOTrainer (ppo_clip, epsilon 3) step time / GRPOTrainer's |" in table
     assert results["loss_compiled"]["matches_eager"] is True
     machine = results["machine"]
     assert machine["gpu"] is None and machine["torch"] and machine["trl"]
+    assert machine["acpo_trl"] == str(REPO / "acpo_trl")  # this checkout, never an installed copy
     for name in ("torch", "transformers", "trl"):
         assert f"{name} {machine[name]}" in table
+
+
+def test_the_tiny_steps_run_every_trainer_the_gpu_runs():
+    gpu_check = load_script()
+    full, tiny = gpu_check.STEPS["full"], gpu_check.STEPS["tiny"]
+    assert set(full) == set(tiny) and set(full) <= set(gpu_check.PARTS)
+    for part in full:
+        assert tiny[part]["trainers"] == full[part]["trainers"], part
+    assert full["paper_step"]["trainers"] == tuple(gpu_check.STEP_TRAINERS)
+    # the paper's scale: Qwen2.5-3B's shape (3.09 B parameters), 8 completions of 3,072 tokens
+    paper = full["paper_step"]
+    assert paper["model"] == gpu_check.QWEN25_3B and (paper["completions"], paper["completion_len"]) == (8, 3072)
+    for mode in gpu_check.MODES.values():
+        assert set(mode["caps"]) == set(mode["reserve"]) == set(gpu_check.PARTS)
+
+
+def _fake_pip(codes):
+    calls, codes = [], iter(codes)
+
+    def run(command, log):
+        calls.append(command)
+        return subprocess.CompletedProcess(command, next(codes), stdout="pip output")
+
+    return calls, run
+
+
+@pytest.mark.parametrize("codes, mode", [((0,), "resolved"), ((1, 0), "no-deps fallback"), ((1, 1), "failed")])
+def test_the_offline_install_uses_no_index_and_never_installs_the_package(tmp_path, codes, mode):
+    gpu_check = load_script()
+    wheels = tmp_path / "gpu_wheels"
+    wheels.mkdir()
+    calls, run = _fake_pip(codes)
+    record = gpu_check.install_wheels(str(wheels), log=None, run=run)
+    assert record["mode"] == mode and record["package"].startswith("not installed")
+    resolve, as_they_are = gpu_check.install_commands(str(wheels))
+    assert calls == [resolve, as_they_are][:len(codes)]
+    for command in calls:
+        assert command[1:6] == ["-m", "pip", "install", "--no-index", "--find-links"] and command[6] == str(wheels)
+        # no editable install of the checkout: setuptools' develop would call pip again, on an index
+        assert "-e" not in command and str(REPO) not in command
+    assert resolve[-len(gpu_check.INSTALL_REQUIREMENTS):] == list(gpu_check.INSTALL_REQUIREMENTS)
+    assert as_they_are[-len(gpu_check.WHEELS) - 1:] == ["--no-deps", *gpu_check.WHEELS]
 
 
 def test_every_file_with_cuda_tests_is_run_by_the_check():
