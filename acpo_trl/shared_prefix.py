@@ -104,6 +104,35 @@ def prompt_cache(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, s
     return PromptCache(_returned_cache(model, output), row_prompt, prompt_end)
 
 
+def score_with_shared_prefix(model, unwrapped, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                             logits_to_keep: int, batch_size: int | None, compute_entropy: bool, cache_arg: str,
+                             autocast) -> tuple[torch.Tensor, torch.Tensor | None, None] | None:
+    """TRL's ``_get_per_token_logps_and_entropies`` (log-probs and entropies of the last ``logits_to_keep`` tokens,
+    no aux loss) computed as the module docstring says: the prefix and each distinct prompt once (on the
+    ``unwrapped`` model), then each chunk of ``batch_size`` rows' completions through ``model`` against its prompt's
+    cache with TRL's fused LM head. None when the rows share fewer than ``MIN_SHARED_TOKENS`` tokens (TRL's path
+    then). ``autocast``: the accelerator's autocast context factory."""
+    shared = shared_prefix_length(input_ids, attention_mask, logits_to_keep)
+    if shared < MIN_SHARED_TOKENS:
+        return None
+    labels = input_ids.masked_fill(attention_mask == 0, -100)
+    labels[:, :-logits_to_keep] = -100
+    with autocast():  # the last prompt token stays with its row: its logit scores the first completion token
+        prompts = prompt_cache(unwrapped, input_ids, attention_mask, shared, input_ids.size(1) - logits_to_keep - 1,
+                               cache_arg)
+    batch_size = batch_size or input_ids.size(0)
+    logps, entropies = [], []
+    for start in range(0, input_ids.size(0), batch_size):
+        rows = slice(start, start + batch_size)
+        with autocast():
+            outputs = model(input_ids=input_ids[rows, prompts.end:], attention_mask=attention_mask[rows],
+                            labels=labels[rows, prompts.end:], fused_lm_head=True,
+                            **{cache_arg: select_cache(prompts.cache, prompts.row_prompt[rows])})
+        logps.append(outputs.log_probs[:, -logits_to_keep:])
+        entropies.append(outputs.entropy[:, -logits_to_keep:] if compute_entropy else None)
+    return torch.cat(logps), torch.cat(entropies) if compute_entropy else None, None
+
+
 def generate_with_shared_prefix(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, generation_config,
                                 **kwargs):
     """``model.generate`` with the prefix that every prompt row shares prefilled once and its cache handed to

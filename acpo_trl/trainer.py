@@ -32,8 +32,7 @@ from .drift_guard import DriftGuard, UpdateSkipped, guard_summary
 from .host_memory import release_freed_memory
 from .hub import HubUnreachableError, check_hub_reachable
 from .losses import AggregatedLoss, PolicyLossInputs, aggregate_loss, reduce_metrics
-from .shared_prefix import (MIN_SHARED_TOKENS, cache_argument, prompt_cache, select_cache, shared_prefix_generation,
-                            shared_prefix_length)
+from .shared_prefix import cache_argument, score_with_shared_prefix, shared_prefix_generation
 from .vllm_check import check_vllm_device
 
 logger = logging.getLogger(__name__)
@@ -225,41 +224,22 @@ class ACPOTrainer(GRPOTrainer):
         start = self.accelerator.process_index * logppl.size(0)
         return z.flatten()[start : start + logppl.size(0)]
 
-    def _get_per_token_logps_and_entropies(self, *args, **kwargs):
-        """:meth:`_logps_and_entropies`; the drift guard decides on the first forward of the micro-batch whose loss
-        is computed (its current log-probs: this package's ``_forward`` or TRL's ``_compute_loss``)."""
-        output = self._logps_and_entropies(*args, **kwargs)
+    def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
+                                           compute_entropy=False, compute_aux_loss=False, **model_inputs):
+        """TRL's per-token log-probs and entropies, with ``share_prompt_prefix`` scored against the prefix the rows
+        share (:func:`~acpo_trl.shared_prefix.score_with_shared_prefix`; multimodal inputs and the MoE aux loss take
+        TRL's path). The drift guard decides on the first forward of the micro-batch whose loss is computed."""
+        scored = None
+        if self.args.share_prompt_prefix and not compute_aux_loss and all(v is None for v in model_inputs.values()):
+            scored = score_with_shared_prefix(model, self.accelerator.unwrap_model(model), input_ids, attention_mask,
+                                              logits_to_keep, batch_size, compute_entropy, self._cache_argument,
+                                              self.accelerator.autocast)
+        output = scored or super()._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
+            **model_inputs)
         if self.drift_guard is not None and self.drift_guard.decide(output[0]):
             raise UpdateSkipped
         return output
-
-    def _logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
-                             compute_entropy=False, compute_aux_loss=False, **model_inputs):
-        """TRL's per-token log-probs and entropies; with ``share_prompt_prefix``, when every row shares at least
-        ``MIN_SHARED_TOKENS`` leading tokens, the shared prefix and each distinct prompt run once and each chunk of
-        ``batch_size`` rows runs only its completion against its prompt's cache (:mod:`acpo_trl.shared_prefix`).
-        Multimodal inputs and the MoE aux loss take TRL's path."""
-        shared = shared_prefix_length(input_ids, attention_mask, logits_to_keep) if self.args.share_prompt_prefix else 0
-        if shared < MIN_SHARED_TOKENS or compute_aux_loss or any(v is not None for v in model_inputs.values()):
-            return super()._get_per_token_logps_and_entropies(
-                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, compute_aux_loss,
-                **model_inputs)
-        labels = input_ids.masked_fill(attention_mask == 0, -100)
-        labels[:, :-logits_to_keep] = -100
-        with self.accelerator.autocast():  # the last prompt token stays with its row: its logit scores the first
-            prompts = prompt_cache(self.accelerator.unwrap_model(model), input_ids, attention_mask, shared,
-                                   input_ids.size(1) - logits_to_keep - 1, self._cache_argument)
-        batch_size = batch_size or input_ids.size(0)
-        logps, entropies = [], []
-        for start in range(0, input_ids.size(0), batch_size):
-            rows = slice(start, start + batch_size)
-            with self.accelerator.autocast():
-                outputs = model(input_ids=input_ids[rows, prompts.end:], attention_mask=attention_mask[rows],
-                                labels=labels[rows, prompts.end:], fused_lm_head=True,
-                                **{self._cache_argument: select_cache(prompts.cache, prompts.row_prompt[rows])})
-            logps.append(outputs.log_probs[:, -logits_to_keep:])
-            entropies.append(outputs.entropy[:, -logits_to_keep:] if compute_entropy else None)
-        return torch.cat(logps), torch.cat(entropies) if compute_entropy else None, None
 
     def _all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
         return self.accelerator.reduce(tensor, reduction="sum") if self.accelerator.num_processes > 1 else tensor

@@ -95,15 +95,15 @@ def test_logps_entropies_and_gradients_equal_trls_forward(trainer_pair, prefix_c
 def test_each_distinct_prompt_runs_once(trainer_pair, monkeypatch):
     """Rows from 3 distinct prompts (2 completions each): the prompts' remainders run at batch 3, and each row only
     its last prompt token and completion; the numbers still equal TRL's."""
-    from acpo_trl import trainer as trainer_module
+    from acpo_trl import shared_prefix
 
     trl, ours = trainer_pair
     prompt_ids, prompt_mask, completion_ids, completion_mask = shared_prefix_inputs(trl.model.config.vocab_size)
     prompt_ids = prompt_ids[[0, 0, 1, 1, 2, 2]]
     ids, mask = torch.cat([prompt_ids, completion_ids], 1), torch.cat([prompt_mask, completion_mask], 1)
     built = []
-    original = trainer_module.prompt_cache
-    monkeypatch.setattr(trainer_module, "prompt_cache", lambda *a: built.append(original(*a)) or built[-1])
+    original = shared_prefix.prompt_cache
+    monkeypatch.setattr(shared_prefix, "prompt_cache", lambda *a: built.append(original(*a)) or built[-1])
     results = [t._get_per_token_logps_and_entropies(t.model, ids, mask, completion_ids.size(1), batch_size=4,
                                                     compute_entropy=True) for t in (trl, ours)]
     (prompts,) = built
