@@ -76,6 +76,12 @@ class ACPOConfig(GRPOConfig):
             `policy_loss="dapo"`: clip-higher range [1 - low, 1 + high] (0.3 as the ACPO authors ran it; the DAPO
             paper uses 0.28). Also the range of `high_entropy` / `low_entropy` (the authors' launcher runs every
             PPO-style baseline with 0.2 / 0.3).
+        dcpo_clip_low (`float`, *optional*, defaults to `0.16`), dcpo_clip_high (`float`, *optional*, defaults to `0.2`):
+            `policy_loss="dcpo"` (DCPO's dynamic adaptive clip, arXiv 2509.02333): eps_low / eps_high of the ratio
+            bounds 1/2 + 1/2 sqrt(max(1 - 4 eps_low / q, 0)) <= r <= 1/2 + 1/2 sqrt(1 + 4 eps_high / q), q the token's
+            old probability (the paper's 0.16 / 0.2).
+        dcpo_ratio_cap (`float`, *optional*, defaults to `10.0`):
+            `policy_loss="dcpo"`: the largest upper bound on r (the authors' max(clip_ratio_c, 10)).
         cispo_clip_max (`float`, *optional*, defaults to `1.45`):
             `policy_loss="cispo"`: the detached weight is clamp(r, 0, cispo_clip_max).
         cispo_mask (`bool`, *optional*, defaults to `True`):
@@ -173,6 +179,9 @@ class ACPOConfig(GRPOConfig):
     )
     dapo_clip_low: float = field(default=0.2, metadata={"help": "dapo: clip range low side (1 - low)."})
     dapo_clip_high: float = field(default=0.3, metadata={"help": "dapo: clip range high side (1 + high); DAPO paper 0.28."})
+    dcpo_clip_low: float = field(default=0.16, metadata={"help": "dcpo: eps_low of the bounds in the old probability."})
+    dcpo_clip_high: float = field(default=0.2, metadata={"help": "dcpo: eps_high of the bounds in the old probability."})
+    dcpo_ratio_cap: float = field(default=10.0, metadata={"help": "dcpo: the largest upper bound on the ratio."})
     cispo_clip_max: float = field(default=1.45, metadata={"help": "cispo: weight = sg(clamp(r, 0, max))."})
     cispo_mask: bool = field(
         default=True, metadata={"help": "cispo: drop tokens outside the trust region (the ACPO authors' CISPO)."}

@@ -191,3 +191,38 @@ def test_bin_clip_is_acpo_with_its_ranges_frozen():
     for bad in (None, [], [0.2, math.nan], [0.2, -0.1], ["wide"]):
         with pytest.raises(ValueError, match=r"ACPOConfig.bin_clip_ranges="):
             get_policy_loss("bin_clip").validate_config(acpo_args(bin_clip_ranges=bad))
+
+
+def test_dcpo_bounds_and_loss_by_hand():
+    """DCPO's bounds from the OLD probability q (eps_low 0.16, eps_high 0.2, cap 10), as read from the authors'
+    get_clip_low_high: low(q) = 1/2 + 1/2 sqrt(max(1 - 0.64 / q, 0)), high(q) = min(1/2 + 1/2 sqrt(1 + 0.8 / q), 10).
+    q = 0.9: [0.76874, 1.18718]; q = 0.01: [0.5, 5]; q = 1e-4: high 45.2 capped at 10."""
+    from acpo_trl.losses import dcpo_bounds
+
+    q = torch.tensor([[0.9, 0.01], [0.9, 0.01], [1e-4, 0.01], [0.01, 0.9]])
+    r = torch.tensor([[1.3, 4.0], [0.7, 0.6], [20.0, 1.0], [8.0, 1.0]])
+    advantages = torch.tensor([[1.0], [-2.0], [1.0], [-1.0]])
+    mask = torch.tensor([[1.0, 1.0], [1.0, 1.0], [1.0, 1.0], [1.0, 0.0]])
+    old_logps = q.log()
+    logps = (q * r).log().requires_grad_(True)
+    low, high = dcpo_bounds(old_logps, 0.16, 0.2, 10.0)
+    assert low[0].tolist() == pytest.approx([0.5 + 0.5 * math.sqrt(1 - 0.64 / 0.9), 0.5], rel=1e-5)
+    assert high[0].tolist() == pytest.approx([0.5 + 0.5 * math.sqrt(1 + 0.8 / 0.9), 5.0], rel=1e-5)
+    assert high[2, 0].item() == pytest.approx(10.0) and low[2, 0].item() == 0.5
+    args = acpo_args(dcpo_clip_low=0.16, dcpo_clip_high=0.2, dcpo_ratio_cap=10.0)
+    out = get_policy_loss("dcpo")(PolicyLossInputs(logps, old_logps, advantages, mask), args)
+    loss = out.per_token_loss
+    # Row 0 (A = +1): r = 1.3 above 1.18718 at q = 0.9 -> clipped; r = 4 inside [0.5, 5] at q = 0.01 -> -4 (a fixed
+    # clip of 0.2 would stop it at 1.2). Row 1 (A = -2): r = 0.7 below 0.76874 -> clipped at 2 x 0.76874; r = 0.6
+    # inside -> 1.2. Row 2 (A = +1): r = 20 clipped at the cap 10. Row 3 (A = -1): r = 8 -> max(8, 5) = 8,
+    # dual-clipped to 3.
+    assert loss[0].tolist() == pytest.approx([-(0.5 + 0.5 * math.sqrt(1 + 0.8 / 0.9)), -4.0], rel=1e-5)
+    assert loss[1].tolist() == pytest.approx([2 * (0.5 + 0.5 * math.sqrt(1 - 0.64 / 0.9)), 1.2], rel=1e-5)
+    assert loss[2].tolist() == pytest.approx([-10.0, -1.0], rel=1e-5)
+    assert loss[3, 0].item() == pytest.approx(3.0)
+    (grad,) = torch.autograd.grad((loss * mask).sum(), logps)  # -A r where unclipped, 0 where clipped
+    torch.testing.assert_close(grad, torch.tensor([[0.0, -4.0], [0.0, 1.2], [0.0, -1.0], [0.0, 0.0]]))
+    m = scalar_metrics(out.metrics)
+    assert m["clip_ratio/high_mean"] == (2.0, 7.0) and m["clip_ratio/low_mean"] == (1.0, 7.0)
+    with pytest.raises(ValueError, match="ACPOConfig.dcpo_ratio_cap=1.0"):
+        get_policy_loss("dcpo").validate_config(acpo_args(dcpo_ratio_cap=1.0))

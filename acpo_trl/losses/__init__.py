@@ -6,6 +6,7 @@ Importing this package registers every built-in method.
 from .acpo import BinClipRule, BinStats, acpo_clip_range, acpo_log_loss, acpo_loss, probability_bins
 from .aggregation import LOSS_TYPES, AggregatedLoss, aggregate_loss
 from .cispo import cispo_loss
+from .dcpo import dcpo_bounds, dcpo_loss
 from .common import clipped_surrogate, importance_ratio
 from .entropy import entropy_rank_mask, high_entropy_loss, low_entropy_loss
 from .lopti import ar_lopti_loss
@@ -41,6 +42,8 @@ __all__ = [
     "cispo_loss",
     "clipped_surrogate",
     "dapo_loss",
+    "dcpo_bounds",
+    "dcpo_loss",
     "dlogp_reweight_loss",
     "dlogp_weights",
     "dominate_loss",
