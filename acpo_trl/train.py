@@ -12,14 +12,126 @@ command line. ``model_name_or_path: offline:smollm2`` is the SmolLM2-135M-Instru
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
+import logging
 import os
 import time
 import warnings
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from trl import ScriptArguments
 
 from .cli_errors import MissingPackageError, UserError, cli_main, parse_config, user_input
 from .host_memory import cap_mmap_threshold
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class ACPOScriptArguments(ScriptArguments):
+    """Script arguments of ``acpo-train``: TRL's ``ScriptArguments`` plus the task and the run's outputs.
+
+    Parameters:
+        task (`str`, defaults to `"countdown"`): a registered task (`acpo_trl.tasks`): `addition`, `multiplication`,
+            `countdown`, `math`, `hitab`, `toy`, `add1`, `add2`, or one of yours. Its own fields (e.g.
+            `arithmetic_digits`, `countdown_min_numbers`, `hitab_tables_dir`) are documented with its options class.
+        prompt_template (`str`, defaults to `"base"`): `"base"` (ACPO's template, no chat template) or `"chat"`.
+        num_train_tasks (`int`, defaults to `2048`): generated tasks (countdown without `dataset_name`, addition).
+        num_eval_tasks (`int`, defaults to `64`): held-out problems for the before/after report.
+        eval_dataset_name (`str`, *optional*): held-out data (HiTab samples, or a Countdown file).
+        max_prompt_length (`int`, *optional*): drop training prompts longer than this many tokens (the paper: 1024),
+            counted after the chat template when the prompt is conversational.
+        report (`bool`, defaults to `False`): evaluate the held-out set before and after training and write
+            `metrics.jsonl`, `training_curves.png` and `report.md` in `output_dir` (with `diagnostics: true`, also
+            `diagnostics_bins.png` and, when the gradient check runs, `diagnostics_gradient.png`).
+        eval_k (`int`, defaults to `4`): samples per held-out problem for the report (avg@k).
+        eval_temperature (`float`, defaults to `1.0`): sampling temperature of the report's evaluation.
+        report_eval_steps (`int`, *optional*): with `report`, also evaluate the held-out set every this many
+            optimizer steps (logged as `eval/<task>/...` in `metrics.jsonl` and to `report_to`; the learning curve that
+            `acpo-study --recipe` reads).
+        low_memory (`bool`, defaults to `True`): on CPU, fix glibc's mmap threshold at 512 KB, so that freed tensors
+            leave the process instead of staying resident (`acpo_trl/host_memory.py`): on the demo 3.38 GB peak
+            instead of 3.60 GB, for ~15% more time. No effect off CPU or outside glibc.
+        save_final_model (`bool`, defaults to `True`): save the trained model to `output_dir` at the end (with
+            `save_strategy: "no"` and this off, a run writes no weights: a study cell).
+        report_before_file (`str`, *optional*): with `report`, the before-training evaluation is read from this JSON
+            file when it exists, and evaluated and written there when not. Runs that start from the same model and
+            evaluate the same held-out set with the same seed share it (a study's variants of one seed).
+    """
+
+    task: str = field(default="countdown", metadata={"help": "A registered task (acpo_trl.tasks), e.g. addition."})
+    prompt_template: str = field(default="base", metadata={"help": "'base' (no chat template) or 'chat'."})
+    num_train_tasks: int = field(default=2048, metadata={"help": "Generated training tasks (countdown, addition)."})
+    num_eval_tasks: int = field(default=64, metadata={"help": "Held-out problems for the before/after report."})
+    eval_dataset_name: str | None = field(default=None, metadata={"help": "Held-out data file (hitab, countdown)."})
+    max_prompt_length: int | None = field(
+        default=None, metadata={"help": "Drop training prompts longer than this many tokens (the paper: 1024)."}
+    )
+    report: bool = field(default=False, metadata={"help": "Before/after evaluation, metrics JSONL, plot, report."})
+    eval_k: int = field(default=4, metadata={"help": "Report: samples per held-out problem (avg@k)."})
+    eval_temperature: float = field(default=1.0, metadata={"help": "Report: sampling temperature."})
+    report_eval_steps: int | None = field(
+        default=None, metadata={"help": "Report: also evaluate the held-out set every N optimizer steps."}
+    )
+
+    low_memory: bool = field(
+        default=True, metadata={"help": "CPU: return freed tensors' memory to the OS (lower peak RSS, ~15%% slower)."}
+    )
+    save_final_model: bool = field(default=True, metadata={"help": "Save the trained model to output_dir at the end."})
+    report_before_file: str | None = field(
+        default=None, metadata={"help": "Report: read the before-training evaluation from / write it to this JSON file."}
+    )
+
+    def __post_init__(self):
+        from .tasks import get_task
+
+        get_task(self.task)  # a ValueError naming the registered tasks
+        if self.prompt_template not in ("base", "chat"):
+            raise ValueError(f"ACPOScriptArguments.prompt_template={self.prompt_template!r}: use 'base' or 'chat'.")
+        if self.report_eval_steps is not None and (self.report_eval_steps < 1 or not self.report):
+            raise ValueError(f"ACPOScriptArguments.report_eval_steps={self.report_eval_steps}: give a positive "
+                             "number of steps, together with `report: true` (the periodic evaluation is part of the "
+                             "report).")
+        if self.report_before_file is not None and not self.report:
+            raise ValueError(f"ACPOScriptArguments.report_before_file={self.report_before_file!r}: the before-training "
+                             "evaluation is part of the report; set `report: true` (or drop report_before_file).")
+
+
+@dataclass
+class Task:
+    """What a training run needs from a task."""
+
+
+def script_arguments() -> type:
+    """``ACPOScriptArguments`` with every registered task's options as fields too (``acpo-train``'s first
+    dataclass): a task's builder reads its own fields from the one object."""
+    from .tasks import options_classes
+
+    return _with_options(tuple(options_classes()))
+
+
+@functools.cache
+def _with_options(options: tuple[type, ...]) -> type:
+    def __post_init__(self):
+        ACPOScriptArguments.__post_init__(self)
+        from .tasks import get_task
+
+        own = get_task(self.task).options
+        for cls in options:
+            if hasattr(cls, "__post_init__"):
+                cls.__post_init__(self)
+            if cls is not own:
+                default = cls()
+                unused = [f.name for f in dataclasses.fields(cls) if getattr(self, f.name) != getattr(default, f.name)]
+                if unused:
+                    logger.warning("%s: field(s) of another task, ignored by task %r.", ", ".join(unused), self.task)
+
+    return dataclasses.make_dataclass("TrainScriptArguments", [], bases=(ACPOScriptArguments, *options),
+                                      namespace={"__post_init__": __post_init__, "__doc__": ACPOScriptArguments.__doc__})
+
 
 OFFLINE_MODEL = "offline:smollm2"
 
@@ -116,7 +228,8 @@ def run(script_args, training_args, model_args, callbacks=None):
     from .evaluation.benchmarks import Benchmark
     from .evaluation.callback import EvalCallback
     from .plots import plot_training_curves, read_metrics
-    from .tasks import build_task, drop_long_prompts
+    from .data.templates import drop_long_prompts
+    from .tasks import build_task
     from .trainer import ACPOTrainer
 
     with user_input(ImportError, FileNotFoundError, FileExistsError):  # the offline model's package and cache
@@ -197,9 +310,8 @@ def make_parser():
     from trl import ModelConfig, TrlParser
 
     from .config import ACPOConfig
-    from .tasks import ACPOScriptArguments
 
-    return TrlParser((ACPOScriptArguments, ACPOConfig, ModelConfig), prog="acpo-train")
+    return TrlParser((script_arguments(), ACPOConfig, ModelConfig), prog="acpo-train")
 
 
 def check_inputs(training_args, model_args) -> None:

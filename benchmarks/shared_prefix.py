@@ -58,7 +58,7 @@ def build_trainer():
 
     from acpo_trl import ACPOConfig, ACPOTrainer
     from acpo_trl.offline_model import offline_model_path
-    from acpo_trl.tasks import arithmetic_dataset
+    from acpo_trl.data.arithmetic import arithmetic_dataset
 
     path = offline_model_path()
     model = AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32)

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from acpo_trl.evaluation.benchmarks import BENCHMARK_NAMES, load_benchmark
+from acpo_trl.evaluation.benchmarks import load_benchmark
+from acpo_trl.tasks import benchmark_names
 from acpo_trl.evaluation.config import EvalConfig
 from acpo_trl.evaluation.generation import Generation, SamplingSettings, TransformersBackend
 from acpo_trl.evaluation.runner import evaluate
@@ -195,21 +196,25 @@ def test_benchmark_specs():
         load_benchmark("hitab")
 
 
-@pytest.mark.parametrize("name", BENCHMARK_NAMES)
+@pytest.mark.parametrize("name", benchmark_names())
 def test_every_benchmark_loads_and_scores(name):
-    """Each table entry's loader feeds its reward: a wrong and (where the gold is known) a right completion."""
+    """Each registered task's benchmarks (a generated task's held-out set among them) load and feed their reward:
+    a wrong and a right completion."""
     files = {"hitab": FIXTURES / "hitab" / "test_samples.jsonl", "countdown": COUNTDOWN}
     benchmark = load_benchmark(f"{name}={files[name]}" if name in files else name, limit=2)
-    assert len(benchmark.dataset) == 2 and isinstance(benchmark.dataset[0]["prompt"], str)
+    assert len(benchmark.dataset) == 2 and benchmark.dataset[0]["prompt"]
     row = benchmark.dataset[0]
     columns = {key: [value] * 2 for key, value in row.items() if key != "prompt"}
-    if name == "countdown":
+    wrong = "no answer"
+    if name == "toy":
+        wrong, right = "~~~", row["letter"] * 3
+    elif name == "countdown":
         right = f"<answer>{solve_countdown(row['nums'], row['target'])}</answer>"
     elif name == "hitab":
         right = "<answer>" + " | ".join(row["answer"]) + "</answer>"
     else:
         right = f"\\boxed{{{row['answer']}}}"
-    scores = benchmark.reward_func(prompts=[row["prompt"]] * 2, completions=["no answer", right], **columns)
+    scores = benchmark.reward_func(prompts=[row["prompt"]] * 2, completions=[wrong, right], **columns)
     assert scores == [0.0, 1.0]
 
 

@@ -314,7 +314,7 @@ def test_recipe_cell_changes_only_what_the_study_varies(tmp_path):
     assert training_args.policy_loss == "cispo" and training_args.updates_per_rollout == 16
     assert script_args.report and script_args.report_eval_steps == 50 and training_args.diagnostics
     assert not script_args.save_final_model  # a cell writes no weights
-    from acpo_trl.tasks import ACPOScriptArguments
+    from acpo_trl.train import ACPOScriptArguments
 
     with pytest.raises(ValueError, match="report_eval_steps.*report: true"):
         ACPOScriptArguments(task="toy", report_eval_steps=5)

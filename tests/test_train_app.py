@@ -250,7 +250,7 @@ def test_demo_recipe_is_the_offline_off_policy_run():
 def test_arithmetic_tasks_with_solved_examples_as_earlier_turns():
     import re
 
-    from acpo_trl.tasks import ADDITION_INSTRUCTION, arithmetic_dataset
+    from acpo_trl.data.arithmetic import ADDITION_INSTRUCTION, arithmetic_dataset
 
     data = arithmetic_dataset(6, 1, 0, "chat", shots=2)
     for prompt, answer in zip(data["prompt"], data["answer"]):
@@ -263,9 +263,9 @@ def test_arithmetic_tasks_with_solved_examples_as_earlier_turns():
     plain = arithmetic_dataset(6, 1, 0, "chat")
     assert plain["answer"] == data["answer"]
     assert plain["prompt"][0] == [{"role": "user", "content": f"{data['prompt'][0][-1]['content']}\n{ADDITION_INSTRUCTION}"}]
-    with pytest.raises(ValueError, match="addition_shots=2: solved examples are earlier chat turns"):
+    with pytest.raises(ValueError, match="arithmetic_shots=2: solved examples are earlier chat turns"):
         arithmetic_dataset(2, 1, 0, "base", shots=2)
-    with pytest.raises(ValueError, match=r"addition_shots=7: must be in \[0, 6\]"):
+    with pytest.raises(ValueError, match=r"arithmetic_shots=7: must be in \[0, 6\]"):
         arithmetic_dataset(2, 1, 0, "chat", shots=7)
     # A held-out set asks for distinct problems: 100 single-digit additions are then all of them, each once.
     held_out = arithmetic_dataset(100, 1, 10_000, "chat", shots=2, distinct=True)
@@ -301,7 +301,7 @@ def test_before_training_evaluation_is_shared_through_a_file(tmp_path):
     assert shared_evaluation(path, evaluate, accelerator) == {"eval/t/avg@4": 0.25}
     assert shared_evaluation(path, lambda: pytest.fail("evaluated again"), accelerator) == {"eval/t/avg@4": 0.25}
     assert shared_evaluation(None, evaluate, accelerator) == {"eval/t/avg@4": 0.25} and len(calls) == 2
-    from acpo_trl.tasks import ACPOScriptArguments
+    from acpo_trl.train import ACPOScriptArguments
 
     with pytest.raises(ValueError, match="report_before_file.*report: true"):
         ACPOScriptArguments(task="toy", report_before_file=path)

@@ -5,9 +5,16 @@
   is a plain string; TRL then treats completions as plain text.
 - ``"chat"``: one user turn (conversational format, the model's chat template applies), the Δlog p paper's
   style: the question followed by an instruction line.
+
+``prompt_length`` counts a prompt's tokens as the trainer sees them; ``drop_long_prompts`` applies acpo-train's
+``max_prompt_length``.
 """
 
 from __future__ import annotations
+
+import logging
+
+logger = logging.getLogger(__name__)
 
 BASE_TEMPLATE = (
     "A conversation between User and Assistant. The User asks a question, and the Assistant solves it. "
@@ -27,3 +34,22 @@ def build_prompt(question: str, instruction: str, template: str = "base"):
     if template == "chat":
         return [{"role": "user", "content": f"{question.strip()}\n{instruction.strip()}"}]
     raise ValueError(f"Unknown prompt template {template!r}: `template` must be one of {TEMPLATES}.")
+
+
+def prompt_length(tokenizer, prompt) -> int:
+    """Tokens of ``prompt`` as the trainer sees it (through the chat template when conversational)."""
+    if isinstance(prompt, str):
+        return len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
+    encoded = tokenizer.apply_chat_template(prompt, add_generation_prompt=True, tokenize=True)
+    return len(encoded["input_ids"] if hasattr(encoded, "keys") else encoded)
+
+
+def drop_long_prompts(dataset, tokenizer, max_tokens: int):
+    """``dataset`` without the rows whose prompt is longer than ``max_tokens`` tokens; logs how many went."""
+    kept = dataset.filter(lambda row: prompt_length(tokenizer, row["prompt"]) <= max_tokens)
+    if len(kept) < len(dataset):
+        logger.warning("max_prompt_length=%d dropped %d of %d training prompts.", max_tokens,
+                       len(dataset) - len(kept), len(dataset))
+    if len(kept) == 0:
+        raise ValueError(f"max_prompt_length={max_tokens} drops every training prompt; raise it.")
+    return kept

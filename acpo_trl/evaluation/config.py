@@ -20,9 +20,11 @@ class EvalConfig:
         adapter_path (`str` or `None`, *optional*):
             Folder of a PEFT LoRA adapter to apply on top of the model.
         benchmarks (`list[str]`, *optional*, defaults to `["math500"]`):
-            Benchmarks: `math500`, `aime24`, `aime25`, `amc23`, `minerva`, `olympiadbench`, `hitab`, `countdown`, each
-            optionally as `NAME=PATH` to read that benchmark from a local file (for `hitab`: the samples jsonl, with
-            its tables beside it or in `hitab_tables_dir`).
+            Benchmarks by name, from the task registry (`acpo_trl.tasks.benchmark_names()`): the math task's
+            `math500`, `aime24`, `aime25`, `amc23`, `minerva`, `olympiadbench`, `hitab`, `countdown`, and each task
+            that declares none under its own name (`addition`, `multiplication`, ...: its held-out set with the
+            default options). Each optionally as `NAME=PATH` to read that benchmark from a local file (for `hitab`:
+            the samples jsonl, with its tables beside it or in `hitab_tables_dir`).
         data_dir (`str` or `None`, *optional*):
             Folder laid out like the project's offline data (`math_eval/<set>/test.jsonl`, `hitab/`, `countdown/`):
             benchmarks without `=PATH` are read from it (otherwise: the math sets shipped with the package, Countdown's
@@ -76,8 +78,8 @@ class EvalConfig:
     adapter_path: str | None = field(default=None, metadata={"help": "Folder of a PEFT LoRA adapter to apply."})
     benchmarks: list[str] = field(
         default_factory=lambda: ["math500"],
-        metadata={"help": "Benchmarks (math500 aime24 aime25 amc23 minerva olympiadbench hitab countdown), each "
-                  "optionally NAME=PATH to read a local file."},
+        metadata={"help": "Benchmarks by name: every registered task's evaluation sets (acpo_trl.tasks."
+                  "benchmark_names(): math500 aime24 ... countdown hitab addition ...), each optionally NAME=PATH."},
     )
     data_dir: str | None = field(
         default=None, metadata={"help": "Folder laid out like the project's offline data (else: shipped math sets, Hub Countdown)."}

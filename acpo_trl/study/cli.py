@@ -295,9 +295,10 @@ def build_parser() -> argparse.ArgumentParser:
 def _check_args(args) -> None:
     """Unknown --methods / --tasks or a missing --recipe fail before the grid starts, not in each of its runs."""
     from ..losses import POLICY_LOSSES
-    from .testbed import TASKS
+    from ..tasks.testbed import TESTBED_TASKS
 
-    for flag, given, known in (("--methods", args.methods, [*POLICY_LOSSES, "all"]), ("--tasks", args.tasks, TASKS)):
+    for flag, given, known in (("--methods", args.methods, [*POLICY_LOSSES, "all"]),
+                               ("--tasks", args.tasks, TESTBED_TASKS)):
         unknown = [name for name in given or () if name not in known]
         if unknown:
             raise UserError(f"{flag}: unknown {', '.join(unknown)}", f"choose from {', '.join(sorted(known))}")

@@ -25,7 +25,7 @@ DEFAULT_RECIPE = {
     "model_name_or_path": "offline:smollm2",
     "dtype": "float32",
     "task": "addition",
-    "addition_digits": 1,
+    "arithmetic_digits": 1,
     "prompt_template": "chat",
     "num_train_tasks": 512,
     "use_cpu": True,

@@ -1,7 +1,7 @@
 """The CPU testbed (a small RL setting that learns on 2 CPU cores; docs/RESULTS.md, "Testbed"): addition problems, a tiny Qwen2 with a locally trained
 byte-level BPE tokenizer, and a noisy-teacher supervised warm-up cached on disk.
 
-Tasks (``TASKS``):
+Tasks (registered as tasks ``add1`` and ``add2`` by ``acpo_trl/tasks/testbed.py``; their problems are here):
     add1  all 100 pairs a, b in 0..9; 30 held out (14 with a carry, 16 without), 70 RL prompts (the testbed).
     add2  two-digit operands (10..99): 2- or 3-digit answers, so several answer tokens fall in the low
           probability bins; 400 RL prompts, 60 held out (half with a units carry).
@@ -28,6 +28,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from ..tasks.testbed import TESTBED_TASKS
 from ..toy import SPECIAL_TOKENS, chat_tokenizer, tiny_qwen2
 from .cell import DEFAULT_LR, GridCell
 from .results import code_version, write_result
@@ -72,10 +73,7 @@ def task_problems(task: str) -> tuple[list[Problem], list[Problem]]:
         plain = [p for p in pairs if not p.carry][:30]
         held = set(carry + plain)
         return [p for p in pairs if p not in held][:400], carry + plain
-    raise ValueError(f"Unknown study task {task!r}: choose one of {TASKS}.")
-
-
-TASKS = ("add1", "add2")
+    raise ValueError(f"Unknown study task {task!r}: choose one of {TESTBED_TASKS}.")
 
 # A testbed run is chaotic: one ulp early on changes its trajectory, and the warm-up that every run of a task starts
 # from lands elsewhere. ATen picks its vectorised CPU kernels by the machine, so machines disagree: the add2 warm-up
