@@ -21,7 +21,17 @@ from typing import Callable
 
 from trl import ScriptArguments
 
+from .number_checks import AT_LEAST_ONE, NON_NEGATIVE, Range, check_numbers
+
 logger = logging.getLogger(__name__)
+
+# Checked at construction (acpo_trl/number_checks.py; report_eval_steps has its own check).
+SCRIPT_RANGES = {
+    "num_train_tasks": AT_LEAST_ONE, "num_eval_tasks": AT_LEAST_ONE, "countdown_min_numbers": Range(2),
+    "countdown_max_numbers": Range(2), "countdown_format_score": NON_NEGATIVE, "addition_digits": AT_LEAST_ONE,
+    "addition_shots": NON_NEGATIVE, "max_prompt_length": AT_LEAST_ONE, "eval_k": AT_LEAST_ONE,
+    "eval_temperature": NON_NEGATIVE,
+}  # fmt: skip
 
 
 @dataclass
@@ -92,6 +102,7 @@ class ACPOScriptArguments(ScriptArguments):
     )
 
     def __post_init__(self):
+        check_numbers(self, SCRIPT_RANGES)
         if self.task not in TASKS:
             raise ValueError(f"ACPOScriptArguments.task={self.task!r}: choose one of {sorted(TASKS)}.")
         if self.prompt_template not in ("base", "chat"):

@@ -20,8 +20,11 @@ from pathlib import Path
 
 from .cli_errors import MissingPackageError, UserError, cli_main, parse_config, user_input
 from .host_memory import cap_mmap_threshold
+from .number_checks import AT_LEAST_ONE, POSITIVE, UNIT_NOT_ONE, check_numbers
 
 OFFLINE_MODEL = "offline:smollm2"
+# TRL's ModelConfig (LoRA with use_peft) checks none of its numbers (acpo_trl/number_checks.py).
+MODEL_RANGES = {"lora_r": AT_LEAST_ONE, "lora_alpha": POSITIVE, "lora_dropout": UNIT_NOT_ONE}
 
 
 def resolve_model_path(name: str) -> str:
@@ -203,14 +206,16 @@ def make_parser():
 
 
 def check_inputs(training_args, model_args) -> None:
-    """Fail before any work on what the parsed config asks for but cannot have: a model that is neither a local
-    folder nor a loadable Hub id, vLLM when it is not installed or there is no GPU, a push to a Hub that cannot be
-    reached."""
+    """Fail before any work on what the parsed config asks for but cannot have: a LoRA number out of its range, a
+    model that is neither a local folder nor a loadable Hub id, vLLM when it is not installed or there is no GPU, a
+    push to a Hub that cannot be reached."""
     from trl.import_utils import is_vllm_available
 
     from .hub import HubUnreachableError, check_hub_reachable, check_model_source
     from .vllm_check import check_vllm_device
 
+    with user_input(ValueError):
+        check_numbers(model_args, MODEL_RANGES)
     if model_args.model_name_or_path is None:
         raise UserError("model_name_or_path is not set", f"set it in the config, e.g. to {OFFLINE_MODEL}")
     if model_args.model_name_or_path != OFFLINE_MODEL:
