@@ -66,6 +66,7 @@ def measure(lrs: list[float], out_dir: str | Path, *, recipe: str | None = None,
     """Run the measurement for every learning rate (skipping the ones already in ``drift.json``) and write the
     outputs. Returns the JSON content: ``{"settings", "runs": {lr: {"bins": {metric: {"k,b": mean}}, ...}}}``."""
     from ..callbacks import MetricsJSONLCallback
+    from ..cli_errors import parse_config
     from ..diagnostics.plots import bin_table
     from ..plots import read_metrics
     from ..train import make_parser, run
@@ -83,8 +84,8 @@ def measure(lrs: list[float], out_dir: str | Path, *, recipe: str | None = None,
             log(f"lr {key}: already measured")
             continue
         run_dir = out_dir / f"lr{key}"
-        script_args, training_args, model_args = make_parser().parse_args_and_config(
-            args=drift_argv(recipe, lr, upr, rollouts, seed, run_dir))
+        script_args, training_args, model_args = parse_config(
+            make_parser(), drift_argv(recipe, lr, upr, rollouts, seed, run_dir))
         metrics_path = run_dir / "metrics.jsonl"
         metrics_path.unlink(missing_ok=True)
         log(f"lr {key}: {upr * rollouts} optimizer steps ({rollouts} rollouts of {upr} updates)")
