@@ -56,7 +56,9 @@ class ACPOScriptArguments(ScriptArguments):
             counted after the chat template when the prompt is conversational.
         report (`bool`, defaults to `False`): evaluate the held-out set before and after training and write
             `metrics.jsonl`, `training_curves.png` and `report.md` in `output_dir` (with `diagnostics: true`, also
-            `diagnostics_bins.png` and, when the gradient check runs, `diagnostics_gradient.png`).
+            `diagnostics_bins.png` and, when the gradient check runs, `diagnostics_gradient.png`). An earlier run's
+            files there are replaced as this run writes its own (`metrics.jsonl` once training begins, the others at
+            the end): a run that fails before training leaves them as they were.
         eval_k (`int`, defaults to `4`): samples per held-out problem for the report (avg@k).
         eval_temperature (`float`, defaults to `1.0`): sampling temperature of the report's evaluation.
         report_eval_steps (`int`, *optional*): with `report`, also evaluate the held-out set every this many

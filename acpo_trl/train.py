@@ -160,9 +160,8 @@ def run(script_args, training_args, model_args, callbacks=None):
     metrics_path = os.path.join(training_args.output_dir, "metrics.jsonl")
     evaluator = None
     if script_args.report:
-        if trainer.is_world_process_zero() and os.path.exists(metrics_path) and not training_args.resume_from_checkpoint:
-            os.remove(metrics_path)
-        trainer.add_callback(MetricsJSONLCallback(metrics_path))
+        # It starts the file when training begins: a run that fails before leaves an earlier run's file as it was.
+        trainer.add_callback(MetricsJSONLCallback(metrics_path, resume=bool(training_args.resume_from_checkpoint)))
         held_out = Benchmark(script_args.task, task.eval_dataset, task.reward_funcs[0])
         evaluator = EvalCallback(trainer, [held_out], eval_steps=script_args.report_eval_steps or 10**9,
                                  k=script_args.eval_k, temperature=script_args.eval_temperature,

@@ -35,10 +35,12 @@ def train(path, *extra, callbacks=None):
 
 @pytest.mark.slow
 def test_acpo_train_writes_report_plot_and_metrics(tmp_path, tiny_dir):
-    trainer = train(recipe(tmp_path, tiny_dir, report=True))
     out = tmp_path / "out"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"step": 7, "reward": 0.5}\n')  # an earlier run's: replaced, not appended to
+    trainer = train(recipe(tmp_path, tiny_dir, report=True))
     entries = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [e["step"] for e in entries if "policy_loss" in e] == [1, 2, 3, 4]
+    assert [e["step"] for e in entries if "policy_loss" in e] == [1, 2, 3, 4] and entries[0]["step"] == 1
     assert any(e.get("acpo/bin0/eps") is not None for e in entries)
     assert (out / "training_curves.png").stat().st_size > 10_000
     report = (out / "report.md").read_text()
@@ -47,6 +49,28 @@ def test_acpo_train_writes_report_plot_and_metrics(tmp_path, tiny_dir):
     assert set(before_after) == {"before", "after"} and "eval/toy/avg@2" in before_after["after"]
     assert (out / "model.safetensors").exists()
     assert trainer.task_name == "toy"
+
+
+@pytest.mark.slow
+def test_a_run_that_fails_before_training_leaves_an_earlier_run_as_it_was(tmp_path, tiny_dir, monkeypatch):
+    """The model loaded and the held-out set evaluated, the run fails as training starts (here building the
+    optimizer, where a NaN learning rate used to fail): the earlier run's outputs stay byte for byte."""
+    from acpo_trl.trainer import ACPOTrainer
+
+    out = tmp_path / "out"
+    out.mkdir()
+    earlier = {"metrics.jsonl": b'{"step": 1, "reward": 0.5}\n', "report.md": b"# acpo-train report: toy\n",
+               "training_curves.png": b"\x89PNG\r\n\x1a\n earlier", "eval_before_after.json": b"{}\n"}
+    for name, data in earlier.items():
+        (out / name).write_bytes(data)
+
+    def no_optimizer(self, *args, **kwargs):
+        raise RuntimeError("no optimizer")
+
+    monkeypatch.setattr(ACPOTrainer, "create_optimizer", no_optimizer)
+    with pytest.raises(RuntimeError, match="no optimizer"):
+        train(recipe(tmp_path, tiny_dir, report=True))
+    assert {name: (out / name).read_bytes() for name in earlier} == earlier
 
 
 def _eps_entries(upr, rollouts, eps, reward_every_rollout=True):

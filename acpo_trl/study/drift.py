@@ -87,7 +87,6 @@ def measure(lrs: list[float], out_dir: str | Path, *, recipe: str | None = None,
         script_args, training_args, model_args = parse_config(
             make_parser(), drift_argv(recipe, lr, upr, rollouts, seed, run_dir))
         metrics_path = run_dir / "metrics.jsonl"
-        metrics_path.unlink(missing_ok=True)
         log(f"lr {key}: {upr * rollouts} optimizer steps ({rollouts} rollouts of {upr} updates)")
         trainer = run(script_args, training_args, model_args, callbacks=[MetricsJSONLCallback(str(metrics_path))])
         entries = read_metrics(str(metrics_path))
