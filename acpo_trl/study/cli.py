@@ -209,6 +209,8 @@ def _learning_curves(results: list[dict], plot_dir: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from ..plots import legend
+
     for task in sorted({group_of(r) for r in results}):
         runs = [r for r in results if group_of(r) == task]
         uprs = sorted({r["spec"]["upr"] for r in runs})
@@ -222,7 +224,7 @@ def _learning_curves(results: list[dict], plot_dir: Path) -> None:
                 mean = [sum(c[i]["sampled"] for c in curves if i < len(c)) / len(curves) for i in range(len(steps))]
                 ax.plot(steps, mean, marker="o", ms=2, lw=1, label=f"{variant} (n={len(curves)})")
             ax.set(title=f"{task}, {upr} updates per rollout", xlabel="optimizer step", ylabel="held-out sampled acc")
-            ax.legend(fontsize=6)
+            legend(ax, fontsize=6)
         fig.tight_layout()
         fig.savefig(plot_dir / f"{task}_learning_curves.png", dpi=100)
         plt.close(fig)
