@@ -96,7 +96,7 @@ class ACPOScriptArguments(ScriptArguments):
     )
 
     low_memory: bool = field(
-        default=True, metadata={"help": "CPU: return freed tensors' memory to the OS (lower peak RSS, ~15% slower)."}
+        default=True, metadata={"help": "CPU: return freed tensors' memory to the OS (lower peak RSS, 1.15x the time)."}
     )
     save_final_model: bool = field(default=True, metadata={"help": "Save the trained model to output_dir at the end."})
     report_before_file: str | None = field(
