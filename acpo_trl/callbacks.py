@@ -10,14 +10,21 @@ from transformers import ProgressCallback, TrainerCallback
 
 
 class MetricsJSONLCallback(TrainerCallback):
-    """Append every log entry (``{"step": ..., **logs}``) as one JSON line to ``path`` (main process only)."""
+    """Write every log entry (``{"step": ..., **logs}``) as one JSON line to ``path`` (main process only).
 
-    def __init__(self, path: str):
+    The file is started afresh when training begins, not before: a run that fails earlier (loading the model, the
+    evaluation before training, building the optimizer) leaves an earlier run's file as it was. With ``resume``
+    (a run resumed from a checkpoint) the entries are appended to it."""
+
+    def __init__(self, path: str, resume: bool = False):
         self.path = path
+        self.resume = resume
 
     def on_train_begin(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+            if not self.resume:
+                open(self.path, "w").close()
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:

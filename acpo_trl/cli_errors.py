@@ -12,6 +12,7 @@ whole run in ``user_input``: a bug's ``ValueError`` would lose its traceback.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import difflib
 import functools
@@ -63,6 +64,19 @@ def user_input(*types: type[BaseException], fix: str | None = None):
         raise UserError(_message(error), fix) from error
 
 
+def usage_error(prog: str, message: str):
+    """A command-line mistake argparse found (a word where a number goes, an unknown option, a missing argument) as a
+    ``UserError``: one line, without the usage block that argparse prints above its own error line."""
+    raise UserError(message, f"`{prog} --help` lists the options")
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    """``argparse.ArgumentParser`` whose errors are ``usage_error``s (its subcommands' parsers too)."""
+
+    def error(self, message):
+        usage_error(self.prog, message)
+
+
 def cli_main(prog: str):
     """Decorator of a console script's ``main(argv=None)``: a ``UserError`` becomes ``<prog>: error: ...`` on
     stderr and exit status 2 (unless ``ACPO_DEBUG`` is set); everything else propagates unchanged. Every
@@ -86,12 +100,13 @@ def cli_main(prog: str):
 
 
 def parse_config(parser, argv: list[str] | None) -> tuple:
-    """``TrlParser.parse_args_and_config(argv)`` with the user's mistakes as ``UserError``: a missing or malformed
-    ``--config`` file, an unknown field (with the closest known one), a value that a config's ``__post_init__``
-    rejects (``ValueError``: this project's configs name the field and the fix), and an optional package that a
-    field needs (``deepspeed``)."""
+    """``TrlParser.parse_args_and_config(argv)`` with the user's mistakes as ``UserError``: argparse's own errors
+    (``usage_error``), a missing or malformed ``--config`` file, an unknown field (with the closest known one), a
+    value that a config's ``__post_init__`` rejects (``ValueError``: this project's configs name the field and the
+    fix), and an optional package that a field needs (``deepspeed``)."""
     import yaml
 
+    parser.error = functools.partial(usage_error, parser.prog)
     args = sys.argv[1:] if argv is None else list(argv)
     if "--config" in args:
         index = args.index("--config") + 1

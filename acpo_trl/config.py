@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
-import typing
 from dataclasses import dataclass, field, fields
 
 from trl import GRPOConfig
 
 from .losses import LOSS_TYPES, POLICY_LOSSES, BinClipRule, PolicyLoss
+from .number_checks import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT, UNIT_NOT_ONE, UNIT_NOT_ZERO, Range,
+                            check_numbers, number_fields)
 
 logger = logging.getLogger(__name__)
 
@@ -19,6 +19,31 @@ TRL_LOSS = "trl"  # policy_loss: TRL's own objective, computed by GRPOTrainer's 
 TRL_OBJECTIVES = ("cispo", "sapo", "vespo")
 # The drift guard's measures (acpo_trl/drift_guard.py).
 DRIFT_MEASURES = ("ratio_std", "kl")
+# The inherited fields (TrainingArguments', GRPOConfig's) whose value outside a range makes no sense. Besides them,
+# every float field is checked finite and the float fields ACPOConfig adds >= 0 (a method checks its own tighter
+# ranges). max_steps is not here: -1 (or 0) means "train num_train_epochs".
+INHERITED_RANGES: dict[str, Range] = {
+    # TrainingArguments
+    "learning_rate": NON_NEGATIVE, "num_train_epochs": NON_NEGATIVE, "warmup_steps": NON_NEGATIVE,
+    "weight_decay": NON_NEGATIVE, "adam_beta1": UNIT_NOT_ONE, "adam_beta2": UNIT_NOT_ONE, "adam_epsilon": NON_NEGATIVE,
+    "max_grad_norm": NON_NEGATIVE, "label_smoothing_factor": UNIT, "neftune_noise_alpha": NON_NEGATIVE,
+    "logging_steps": POSITIVE, "eval_steps": POSITIVE, "save_steps": POSITIVE, "eval_delay": NON_NEGATIVE,
+    "per_device_train_batch_size": AT_LEAST_ONE, "per_device_eval_batch_size": AT_LEAST_ONE,
+    "gradient_accumulation_steps": AT_LEAST_ONE, "seed": NON_NEGATIVE, "data_seed": NON_NEGATIVE,
+    "eval_accumulation_steps": AT_LEAST_ONE, "dataloader_num_workers": NON_NEGATIVE,
+    # GRPOConfig
+    "num_generations": AT_LEAST_ONE, "num_generations_eval": AT_LEAST_ONE, "max_completion_length": AT_LEAST_ONE,
+    "generation_batch_size": AT_LEAST_ONE, "steps_per_generation": AT_LEAST_ONE, "num_iterations": AT_LEAST_ONE,
+    "temperature": POSITIVE, "top_p": UNIT_NOT_ZERO, "top_k": NON_NEGATIVE, "min_p": UNIT,
+    "repetition_penalty": POSITIVE, "vllm_gpu_memory_utilization": UNIT_NOT_ZERO, "vllm_server_timeout": POSITIVE,
+    "vllm_tensor_parallel_size": AT_LEAST_ONE, "vllm_max_model_length": AT_LEAST_ONE,
+    "beta": NON_NEGATIVE, "epsilon": NON_NEGATIVE, "epsilon_high": NON_NEGATIVE, "delta": NON_NEGATIVE,
+    "sapo_temperature_neg": POSITIVE, "sapo_temperature_pos": POSITIVE, "ref_model_mixup_alpha": UNIT,
+    "ref_model_sync_steps": AT_LEAST_ONE, "top_entropy_quantile": UNIT, "entropy_coef_delta": NON_NEGATIVE,
+    "entropy_target": NON_NEGATIVE, "router_aux_loss_coef": NON_NEGATIVE, "off_policy_mask_threshold": NON_NEGATIVE,
+    "vllm_importance_sampling_clip_min": NON_NEGATIVE, "vllm_importance_sampling_clip_max": NON_NEGATIVE,
+    "vllm_importance_sampling_cap": NON_NEGATIVE,
+}  # fmt: skip
 
 
 @dataclass
@@ -240,6 +265,7 @@ class ACPOConfig(GRPOConfig):
     )
 
     def __post_init__(self):
+        check_numbers(self, number_ranges())  # first: TRL's own checks divide by some of these numbers
         method = self.method
         if method is not None and method.passes_per_rollout > 1 and self.num_iterations == 1:
             # A multi-pass method (Lopti: low-probability tokens, then high) runs its passes as TRL's iterations.
@@ -261,17 +287,6 @@ class ACPOConfig(GRPOConfig):
                 self.num_iterations,
                 self.acpo_base_clip,
             )
-
-    def _check_numbers(self) -> None:
-        """Every float field ACPOConfig adds to GRPOConfig (found by walking the dataclass, not from a list): a finite
-        number >= 0, or None where its type allows None. NaN or an infinity would turn every loss into NaN silently.
-        A method's own ranges (e.g. cispo_mask_low < 1) are checked by its validator."""
-        for name, optional in own_float_fields().items():
-            value = getattr(self, name)
-            if value is None and optional:
-                continue
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
-                raise ValueError(f"ACPOConfig.{name}={value!r}: must be a finite number >= 0{' (or None)' * optional}.")
 
     def _steps_of_rollouts(self) -> int:
         """max_steps for ``num_rollouts`` rollouts (a whole number of updates per rollout)."""
@@ -316,7 +331,6 @@ class ACPOConfig(GRPOConfig):
         def fail(name: str, message: str) -> None:
             raise ValueError(f"ACPOConfig.{name}={getattr(self, name)!r}: {message}")
 
-        self._check_numbers()
         if self.drift_guard is not None:
             if self.drift_guard not in DRIFT_MEASURES:
                 fail("drift_guard", f"must be one of {DRIFT_MEASURES}, or None to turn the guard off.")
@@ -377,14 +391,10 @@ class ACPOConfig(GRPOConfig):
 
 
 @functools.cache
-def own_float_fields() -> dict[str, bool]:
-    """Every float field ACPOConfig adds to GRPOConfig -> whether it may be None, from the resolved type hints (the
-    fields' ``type`` is a string, or a class once HfArgumentParser has resolved it in place)."""
+def number_ranges() -> dict[str, Range]:
+    """The range of every bounded number field of ACPOConfig: ``INHERITED_RANGES``, and >= 0 for every float field
+    that ACPOConfig adds to GRPOConfig (found by walking the dataclass, not from a list)."""
     grpo = {spec.name for spec in fields(GRPOConfig)}
-    hints = typing.get_type_hints(ACPOConfig)
-    found = {}
-    for spec in fields(ACPOConfig):
-        kinds = set(typing.get_args(hints[spec.name])) or {hints[spec.name]}
-        if spec.name not in grpo and float in kinds and kinds <= {float, type(None)}:
-            found[spec.name] = type(None) in kinds
-    return found
+    own = {name: NON_NEGATIVE for name, spec in number_fields(ACPOConfig).items()
+           if name not in grpo and spec.kind is float and not spec.is_list}
+    return {**INHERITED_RANGES, **own}

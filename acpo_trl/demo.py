@@ -12,7 +12,8 @@ import warnings
 
 from transformers import PrinterCallback, TrainerCallback
 
-from acpo_trl.cli_errors import cli_main
+from acpo_trl.cli_errors import ArgumentParser, cli_main
+from acpo_trl.number_checks import AT_LEAST_ONE, NON_NEGATIVE, argument
 
 
 class BinTableCallback(TrainerCallback):
@@ -36,21 +37,14 @@ class BinTableCallback(TrainerCallback):
         print(f"{state.global_step:4d}  {'' if reward is None else f'{reward:6.3f}':>6}  {row}")
 
 
-def positive_int(text: str) -> int:
-    """argparse type: an integer >= 1."""
-    if not text.strip().isdigit() or int(text) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer >= 1")
-    return int(text)
-
-
 @cli_main("acpo-demo")
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="acpo-demo", description=__doc__)
-    parser.add_argument("--steps", type=positive_int, default=48, help="optimizer steps")
-    parser.add_argument("--updates-per-rollout", type=positive_int, default=4,
+    parser = ArgumentParser(prog="acpo-demo", description=__doc__)
+    parser.add_argument("--steps", type=argument(int, AT_LEAST_ONE), default=48, help="optimizer steps")
+    parser.add_argument("--updates-per-rollout", type=argument(int, AT_LEAST_ONE), default=4,
                         help="steps_per_generation (off-policy degree)")
     parser.add_argument("--output-dir", default="outputs/acpo-demo-toy")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=argument(int, NON_NEGATIVE), default=0)
     args = parser.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     warnings.filterwarnings("ignore", category=FutureWarning)  # transformers 5 renames, not ours to fix

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import textwrap
 from collections import defaultdict
 
 _EPS_KEY = re.compile(r"acpo/bin(\d+)/eps")
@@ -92,6 +93,28 @@ def mean_eps_by_update(cells: dict) -> dict[int, dict[int, float]]:
     return {b: {k: sum(v) / len(v) for k, v in ks.items()} for b, ks in cells.items()}
 
 
+def void_clip_verdict(means: dict[int, dict[int, float]]) -> str:
+    """Per bin of :func:`mean_eps_by_update`'s means, the update indices k at which its mean eps_b passes 1 (its
+    lower clip 1 - eps_b void): "from k = j" when it stays above 1 from j to the last k, else the ks at which it
+    is ("at k = 1-2, 5"), or "none"."""
+    parts = []
+    for b, ks in sorted(means.items()):
+        above = [k for k, v in sorted(ks.items()) if v > 1]
+        if not above:
+            parts.append(f"bin {b} none")
+        elif above == list(range(above[0], max(ks) + 1)):
+            parts.append(f"bin {b} from k = {above[0]}")
+        else:
+            runs = [[above[0], above[0]]]
+            for k in above[1:]:
+                if k == runs[-1][1] + 1:
+                    runs[-1][1] = k
+                else:
+                    runs.append([k, k])
+            parts.append(f"bin {b} at k = " + ", ".join(f"{lo}" if lo == hi else f"{lo}-{hi}" for lo, hi in runs))
+    return "mean eps > 1, lower clip void: " + ", ".join(parts)
+
+
 def _log_rule(entries: list[dict], source: str) -> bool:
     """Whether eps_b bounds log r (``acpo_log``: r in [e^-eps, e^eps], whose lower clip never vanishes)."""
     if source == "acpo":
@@ -145,10 +168,8 @@ def _draw_eps_panel(ax, entries: list[dict], updates_per_rollout: float | None) 
     if _log_rule(entries, source):
         verdict = "in log r: r in [e^-eps, e^eps], the lower clip never vanishes"
     else:
-        void = [b for b, ks in means.items() if max(ks.values()) > 1]
-        if void:
-            first = min(k for ks in means.values() for k, v in ks.items() if v > 1)
-            verdict = f"mean eps > 1 in bin(s) {', '.join(map(str, void))} from k = {first}: lower clip void"
+        if any(v > 1 for ks in means.values() for v in ks.values()):
+            verdict = textwrap.fill(void_clip_verdict(means), 80)
         else:
             top = max(v for ks in means.values() for v in ks.values())
             verdict = f"mean eps <= {top:.2f} < 1: lower clip kept" + (
@@ -160,7 +181,13 @@ def _draw_eps_panel(ax, entries: list[dict], updates_per_rollout: float | None) 
     ax.set_xlim(-0.3, u - 0.7)
     ax.set_ylim(0.0, max(ax.get_ylim()[1], 1.1 if max(values) >= NEAR_ONE else 0.0))
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    legend(ax, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+
+
+def legend(ax, **kwargs) -> None:
+    """``ax.legend(**kwargs)`` when the axes hold a labelled artist (else matplotlib warns that it found none)."""
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(**kwargs)
 
 
 def save_figure(plt, fig, out_png: str, title: str = "", dpi: int = 100) -> str:

@@ -26,8 +26,14 @@ from trl import ScriptArguments
 
 from .cli_errors import MissingPackageError, UserError, cli_main, parse_config, user_input
 from .host_memory import cap_mmap_threshold
+from .number_checks import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_NOT_ONE, check_numbers
 
 logger = logging.getLogger(__name__)
+
+# Checked at construction (acpo_trl/number_checks.py; report_eval_steps has its own check; a task's own fields are
+# checked by its options class).
+SCRIPT_RANGES = {"num_train_tasks": AT_LEAST_ONE, "num_eval_tasks": AT_LEAST_ONE, "max_prompt_length": AT_LEAST_ONE,
+                 "eval_k": AT_LEAST_ONE, "eval_temperature": NON_NEGATIVE}
 
 
 @dataclass
@@ -46,7 +52,9 @@ class ACPOScriptArguments(ScriptArguments):
             counted after the chat template when the prompt is conversational.
         report (`bool`, defaults to `False`): evaluate the held-out set before and after training and write
             `metrics.jsonl`, `training_curves.png` and `report.md` in `output_dir` (with `diagnostics: true`, also
-            `diagnostics_bins.png` and, when the gradient check runs, `diagnostics_gradient.png`).
+            `diagnostics_bins.png` and, when the gradient check runs, `diagnostics_gradient.png`). An earlier run's
+            files there are replaced as this run writes its own (`metrics.jsonl` once training begins, the others at
+            the end): a run that fails before training leaves them as they were.
         eval_k (`int`, defaults to `4`): samples per held-out problem for the report (avg@k).
         eval_temperature (`float`, defaults to `1.0`): sampling temperature of the report's evaluation.
         report_eval_steps (`int`, *optional*): with `report`, also evaluate the held-out set every this many
@@ -78,7 +86,7 @@ class ACPOScriptArguments(ScriptArguments):
     )
 
     low_memory: bool = field(
-        default=True, metadata={"help": "CPU: return freed tensors' memory to the OS (lower peak RSS, ~15%% slower)."}
+        default=True, metadata={"help": "CPU: return freed tensors' memory to the OS (lower peak RSS, 1.15x the time)."}
     )
     save_final_model: bool = field(default=True, metadata={"help": "Save the trained model to output_dir at the end."})
     report_before_file: str | None = field(
@@ -87,6 +95,8 @@ class ACPOScriptArguments(ScriptArguments):
 
     def __post_init__(self):
         from .tasks import get_task
+
+        check_numbers(self, SCRIPT_RANGES)
 
         get_task(self.task)  # a ValueError naming the registered tasks
         if self.prompt_template not in ("base", "chat"):
@@ -129,11 +139,13 @@ def _with_options(options: tuple[type, ...]) -> type:
                 if unused:
                     logger.warning("%s: field(s) of another task, ignored by task %r.", ", ".join(unused), self.task)
 
-    return dataclasses.make_dataclass("TrainScriptArguments", [], bases=(ACPOScriptArguments, *options),
+    return dataclasses.make_dataclass("ACPOScriptArguments", [], bases=(ACPOScriptArguments, *options),
                                       namespace={"__post_init__": __post_init__, "__doc__": ACPOScriptArguments.__doc__})
 
 
 OFFLINE_MODEL = "offline:smollm2"
+# TRL's ModelConfig (LoRA with use_peft) checks none of its numbers (acpo_trl/number_checks.py).
+MODEL_RANGES = {"lora_r": AT_LEAST_ONE, "lora_alpha": POSITIVE, "lora_dropout": UNIT_NOT_ONE}
 
 
 def resolve_model_path(name: str) -> str:
@@ -270,9 +282,8 @@ def run(script_args, training_args, model_args, callbacks=None):
     metrics_path = os.path.join(training_args.output_dir, "metrics.jsonl")
     evaluator = None
     if script_args.report:
-        if trainer.is_world_process_zero() and os.path.exists(metrics_path) and not training_args.resume_from_checkpoint:
-            os.remove(metrics_path)
-        trainer.add_callback(MetricsJSONLCallback(metrics_path))
+        # It starts the file when training begins: a run that fails before leaves an earlier run's file as it was.
+        trainer.add_callback(MetricsJSONLCallback(metrics_path, resume=bool(training_args.resume_from_checkpoint)))
         held_out = Benchmark(script_args.task, task.eval_dataset, task.reward_funcs[0])
         evaluator = EvalCallback(trainer, [held_out], eval_steps=script_args.report_eval_steps or 10**9,
                                  k=script_args.eval_k, temperature=script_args.eval_temperature,
@@ -315,14 +326,16 @@ def make_parser():
 
 
 def check_inputs(training_args, model_args) -> None:
-    """Fail before any work on what the parsed config asks for but cannot have: a model that is neither a local
-    folder nor a loadable Hub id, vLLM when it is not installed or there is no GPU, a push to a Hub that cannot be
-    reached."""
+    """Fail before any work on what the parsed config asks for but cannot have: a LoRA number out of its range, a
+    model that is neither a local folder nor a loadable Hub id, vLLM when it is not installed or there is no GPU, a
+    push to a Hub that cannot be reached."""
     from trl.import_utils import is_vllm_available
 
     from .hub import HubUnreachableError, check_hub_reachable, check_model_source
     from .vllm_check import check_vllm_device
 
+    with user_input(ValueError):
+        check_numbers(model_args, MODEL_RANGES)
     if model_args.model_name_or_path is None:
         raise UserError("model_name_or_path is not set", f"set it in the config, e.g. to {OFFLINE_MODEL}")
     if model_args.model_name_or_path != OFFLINE_MODEL:

@@ -209,7 +209,8 @@ def test_dlogp_mistakes(tmp_path, capsys, offline):
     expect(error("score", "--responses", f"rl={tmp_path / 'none'}"), "No acpo-eval samples at")
     expect(error("score"), "no problems to sample", "--benchmark", "--responses SOURCE=PATH")
     expect(error("generate", "--benchmark", "gsm8k"), "Unknown benchmark 'gsm8k'")
-    expect(error("generate", "--benchmark", "math500", "--top_p", "0"), "top_p=0.0 must be in (0, 1]")
+    expect(error("generate", "--benchmark", "math500", "--top_p", "0"),
+           "DecodeConfig.top_p=0.0: must be a finite number in (0, 1]")
     expect(error("generate", "--benchmark", "math500", "--limit", "1", rl="someone/uncached-rl"),
            "--rl='someone/uncached-rl'", "not in the Hub cache")
 

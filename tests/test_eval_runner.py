@@ -178,7 +178,8 @@ def test_cli_on_a_saved_tiny_model(tmp_path, tiny_model, capsys):
         ({"pass_k": [8]}, "pass_k"),
         ({"backend": "tgi"}, "`backend` must be one of"),
         ({"template": "raw"}, "`template` must be"),
-        ({"top_p": 0.0}, "`top_p`"),
+        ({"top_p": 0.0}, "EvalConfig.top_p=0.0: must be a finite number in (0, 1]"),
+        ({"temperature": float("nan")}, "EvalConfig.temperature=nan: must be a finite number >= 0"),
         ({"benchmarks": []}, "`benchmarks` is empty"),
     ],
 )

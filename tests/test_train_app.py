@@ -35,10 +35,12 @@ def train(path, *extra, callbacks=None):
 
 @pytest.mark.slow
 def test_acpo_train_writes_report_plot_and_metrics(tmp_path, tiny_dir):
-    trainer = train(recipe(tmp_path, tiny_dir, report=True))
     out = tmp_path / "out"
+    out.mkdir()
+    (out / "metrics.jsonl").write_text('{"step": 7, "reward": 0.5}\n')  # an earlier run's: replaced, not appended to
+    trainer = train(recipe(tmp_path, tiny_dir, report=True))
     entries = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
-    assert [e["step"] for e in entries if "policy_loss" in e] == [1, 2, 3, 4]
+    assert [e["step"] for e in entries if "policy_loss" in e] == [1, 2, 3, 4] and entries[0]["step"] == 1
     assert any(e.get("acpo/bin0/eps") is not None for e in entries)
     assert (out / "training_curves.png").stat().st_size > 10_000
     report = (out / "report.md").read_text()
@@ -47,6 +49,28 @@ def test_acpo_train_writes_report_plot_and_metrics(tmp_path, tiny_dir):
     assert set(before_after) == {"before", "after"} and "eval/toy/avg@2" in before_after["after"]
     assert (out / "model.safetensors").exists()
     assert trainer.task_name == "toy"
+
+
+@pytest.mark.slow
+def test_a_run_that_fails_before_training_leaves_an_earlier_run_as_it_was(tmp_path, tiny_dir, monkeypatch):
+    """The model loaded and the held-out set evaluated, the run fails as training starts (here building the
+    optimizer, where a NaN learning rate used to fail): the earlier run's outputs stay byte for byte."""
+    from acpo_trl.trainer import ACPOTrainer
+
+    out = tmp_path / "out"
+    out.mkdir()
+    earlier = {"metrics.jsonl": b'{"step": 1, "reward": 0.5}\n', "report.md": b"# acpo-train report: toy\n",
+               "training_curves.png": b"\x89PNG\r\n\x1a\n earlier", "eval_before_after.json": b"{}\n"}
+    for name, data in earlier.items():
+        (out / name).write_bytes(data)
+
+    def no_optimizer(self, *args, **kwargs):
+        raise RuntimeError("no optimizer")
+
+    monkeypatch.setattr(ACPOTrainer, "create_optimizer", no_optimizer)
+    with pytest.raises(RuntimeError, match="no optimizer"):
+        train(recipe(tmp_path, tiny_dir, report=True))
+    assert {name: (out / name).read_bytes() for name in earlier} == earlier
 
 
 def _eps_entries(upr, rollouts, eps, reward_every_rollout=True):
@@ -106,7 +130,7 @@ def test_training_curves_draw_the_eps_one_line_and_say_on_policy(tmp_path, monke
     bins = {label: (x, y) for label, x, y, _ in lines if label.startswith("bin")}
     assert bins["bin 0"][0] == [0, 1, 2, 3] and bins["bin 0"][1] == pytest.approx([0.2, 0.65, 1.1, 1.55])
     assert [y for label, _, y, style in lines if label.startswith("eps = 1") and style == "--"] == [[1.0, 1.0]]
-    assert ylim[0] <= 1.0 <= ylim[1] and "bin(s) 0 from k = 2" in title and "void" in title
+    assert ylim[0] <= 1.0 <= ylim[1] and "void: bin 0 from k = 2, bin 1 none, bin 2 none" in title
     near = _eps_entries(4, 2, lambda r, k, b: 0.2 + 0.15 * k)  # max 0.65: below 1 but near it
     title, lines, ylim = panels[plots.plot_training_curves(near, str(tmp_path / "near.png"))]
     assert any(label.startswith("eps = 1") for label, *_ in lines) and ylim[1] > 1.0 and "lower clip kept" in title
@@ -116,6 +140,34 @@ def test_training_curves_draw_the_eps_one_line_and_say_on_policy(tmp_path, monke
     on_policy = _eps_entries(1, 4, lambda r, k, b: 0.2)
     title, lines, _ = panels[plots.plot_training_curves(on_policy, str(tmp_path / "on.png"), updates_per_rollout=1)]
     assert lines == [] and title.startswith("on-policy") and "0.20" in title
+
+
+def test_the_subtitle_says_per_bin_from_which_k_its_mean_eps_passes_1():
+    """Each bin on its own: one that passes 1 and stays, one that falls back below 1, one that passes only at the
+    last update, one that never does (the demo's subtitle gave every bin the earliest k of any)."""
+    from acpo_trl.plots import eps_by_update, mean_eps_by_update, void_clip_verdict
+
+    per_bin = {0: [0.2, 1.2, 1.5, 2.0], 1: [0.2, 1.1, 1.05, 0.9], 2: [0.2, 0.5, 0.6, 0.7], 3: [0.2, 0.5, 0.9, 1.3],
+               4: [0.2, 1.3, 0.9, 1.4]}
+    entries = [{"step": 4 * r + k + 1, **({"reward": 0.1} if k == 0 else {}),
+                **{f"acpo/bin{b}/eps": eps[k] + 0.02 * (r - 0.5) for b, eps in per_bin.items()}}
+               for r in range(2) for k in range(4)]  # two rollouts of 4 updates, each 0.01 off the mean
+    means = mean_eps_by_update(eps_by_update(entries, 4)[0])
+    assert void_clip_verdict(means) == ("mean eps > 1, lower clip void: bin 0 from k = 1, bin 1 at k = 1-2, "
+                                        "bin 2 none, bin 3 from k = 3, bin 4 at k = 1, 3")
+
+
+def test_plots_draw_no_legend_without_labelled_artists(tmp_path, recwarn):
+    """A panel with nothing labelled gets no legend (matplotlib warned "No artists with labels found")."""
+    from acpo_trl.diagnostics.plots import plot_bins_vs_k, plot_gradient_diagnostics
+    from acpo_trl.plots import plot_training_curves
+
+    pos_only = [{"step": s, "grad/angle_deg": 10.0, "grad/norm_ratio": 1.0, "grad/share/bin0/pos": 0.5}
+                for s in (1, 2)]
+    plot_gradient_diagnostics(pos_only, str(tmp_path / "grad.png"))
+    plot_bins_vs_k([{"step": 1, "diag/k0/bin0/acpo_eps": 0.2}], str(tmp_path / "bins.png"))
+    plot_training_curves([{"step": 1, "reward": 0.5}], str(tmp_path / "curves.png"))
+    assert not [str(w.message) for w in recwarn if "No artists with labels" in str(w.message)]
 
 
 @pytest.mark.slow

@@ -13,7 +13,7 @@ import math
 import re
 from collections import defaultdict
 
-from ..plots import save_figure
+from ..plots import legend, save_figure
 
 _BIN_KEY = re.compile(r"diag/k(\d+)/bin(\d+)/(.+)")
 
@@ -58,8 +58,7 @@ def plot_bins_vs_k(entries: list[dict], out_png: str, title: str = "") -> str:
             points = sorted((k, v) for (k, bb), v in cells.items() if bb == b)
             ax.plot(*zip(*points), marker="o", ms=3, label=f"bin {b}")
         ax.set(xlabel="update index k within the rollout", title=label)
-        if cells:
-            ax.legend(fontsize=7)
+        legend(ax, fontsize=7)
     return save_figure(plt, fig, out_png, title)
 
 
@@ -85,6 +84,5 @@ def plot_gradient_diagnostics(entries: list[dict], out_png: str, title: str = ""
                 ax.plot(*zip(*points), lw=1, label=key.split("/")[2])
         ax.axhline(0, color="grey", lw=0.5)
         ax.set(xlabel="optimizer step", title=f"gradient share per bin, A {'>' if sign == 'pos' else '<'} 0")
-        if keys:
-            ax.legend(fontsize=7)
+        legend(ax, fontsize=7)
     return save_figure(plt, fig, out_png, title)

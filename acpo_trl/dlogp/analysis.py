@@ -113,6 +113,8 @@ def plot_histograms(records: Sequence[dict], out_dir: str | Path, bins: int = 60
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from ..plots import legend
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     sources = sorted({r["source"] for r in records})
@@ -134,7 +136,7 @@ def plot_histograms(records: Sequence[dict], out_dir: str | Path, bins: int = 60
         ax.set_yscale("log")
         ax.set_xlabel(name)
         ax.set_ylabel("tokens (log scale)")
-        ax.legend(fontsize=8)
+        legend(ax, fontsize=8)
         fig.tight_layout()
         path = out_dir / f"hist_{name}.png"
         fig.savefig(path, dpi=120)

@@ -21,11 +21,14 @@ from typing import Callable, Sequence
 
 import torch
 
+from ..number_checks import AT_LEAST_ONE, POSITIVE, UNIT_NOT_ZERO, check_numbers
 from .metrics import top_k_padded
 from .sampling import sample_candidates, sample_tokens
 from .selection import CRITERIA, select
 
 DRIVERS = ("base", "rl")
+# Checked at construction (acpo_trl/number_checks.py); tau and gamma, any sign, are checked finite.
+DECODE_RANGES = {"top_k": AT_LEAST_ONE, "temperature": POSITIVE, "top_p": UNIT_NOT_ZERO, "max_new_tokens": AT_LEAST_ONE}
 
 
 @dataclass(frozen=True)
@@ -43,18 +46,13 @@ class DecodeConfig:
     emulate_top_k: bool = False
 
     def __post_init__(self):
+        check_numbers(self, DECODE_RANGES)
         if self.criterion not in CRITERIA:
             raise ValueError(f"Unknown criterion {self.criterion!r}: `criterion` must be one of {CRITERIA}.")
         if self.driver not in DRIVERS:
             raise ValueError(f"Unknown driver {self.driver!r}: `driver` must be one of {DRIVERS}.")
         if self.driver == "rl" and self.criterion != "all":
             raise ValueError('driver="rl" is the non-selective variant: set criterion="all".')
-        if self.temperature <= 0:
-            raise ValueError(f"temperature={self.temperature} must be > 0.")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p={self.top_p} must be in (0, 1].")
-        if self.top_k < 1 or self.max_new_tokens < 1:
-            raise ValueError(f"top_k={self.top_k} and max_new_tokens={self.max_new_tokens} must both be >= 1.")
 
 
 @dataclass

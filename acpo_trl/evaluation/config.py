@@ -4,9 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .generation import SamplingSettings, check_dtype
+from ..number_checks import AT_LEAST_ONE, UNIT_NOT_ZERO, check_numbers
+from .generation import SAMPLING_RANGES, SamplingSettings, check_dtype
 
 BACKENDS = ("auto", "vllm", "transformers")
+# Checked at construction (acpo_trl/number_checks.py), with every float field finite.
+EVAL_RANGES = {
+    **SAMPLING_RANGES, "limit": AT_LEAST_ONE, "k": AT_LEAST_ONE, "batch_size": AT_LEAST_ONE,
+    "tensor_parallel_size": AT_LEAST_ONE, "gpu_memory_utilization": UNIT_NOT_ZERO, "max_model_len": AT_LEAST_ONE,
+}
 
 
 @dataclass
@@ -113,8 +119,7 @@ class EvalConfig:
     overwrite: bool = field(default=False, metadata={"help": "Start afresh instead of resuming."})
 
     def __post_init__(self):
-        if self.k < 1:
-            raise ValueError(f"`k` (samples per problem) must be >= 1, got {self.k}.")
+        check_numbers(self, EVAL_RANGES)
         if not self.seeds or len(set(self.seeds)) != len(self.seeds):
             raise ValueError(f"`seeds` must be a non-empty list of distinct integers, got {self.seeds}.")
         if self.k % len(self.seeds):
@@ -130,11 +135,6 @@ class EvalConfig:
             raise ValueError(f"`template` must be 'base' or 'chat', got {self.template!r}.")
         if not self.benchmarks:
             raise ValueError("`benchmarks` is empty: name at least one (e.g. --benchmarks math500 aime24).")
-        if self.limit is not None and self.limit < 1:
-            raise ValueError(f"`limit` must be >= 1 (or None for all problems), got {self.limit}.")
-        if self.batch_size is not None and self.batch_size < 1:
-            raise ValueError(f"`batch_size` must be >= 1, got {self.batch_size}.")
-        self.sampling  # validates temperature, top_p, max_tokens
         check_dtype(self.dtype)
 
     @property

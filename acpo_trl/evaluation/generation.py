@@ -16,6 +16,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..number_checks import AT_LEAST_ONE, NON_NEGATIVE, UNIT_NOT_ZERO, check_numbers
+
+SAMPLING_RANGES = {"temperature": NON_NEGATIVE, "top_p": UNIT_NOT_ZERO, "max_tokens": AT_LEAST_ONE}
+
 
 @dataclass(frozen=True)
 class Generation:
@@ -36,12 +40,7 @@ class SamplingSettings:
     max_tokens: int = 1024
 
     def __post_init__(self):
-        if self.temperature < 0:
-            raise ValueError(f"`temperature` must be >= 0 (0 = greedy), got {self.temperature}.")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"`top_p` must be in (0, 1], got {self.top_p}.")
-        if self.max_tokens < 1:
-            raise ValueError(f"`max_tokens` must be >= 1, got {self.max_tokens}.")
+        check_numbers(self, SAMPLING_RANGES)
 
 
 def derive_seed(*parts: Any) -> int:

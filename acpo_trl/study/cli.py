@@ -48,7 +48,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ..cli_errors import UserError, cli_main, user_input
+from ..cli_errors import ArgumentParser, UserError, cli_main, user_input
+from ..number_checks import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, argument
 from .recipe import DEFAULT_LAUNCHER, RecipeRunSpec, recipe_grid
 from .grids import (ALPHAS, DRIFT_LEVELS, DRIFT_VARIANTS, PAPER_METHODS, REAL_MODEL_LEVELS, REAL_MODEL_RECIPE,
                     REAL_MODEL_VARIANTS, SECOND_TASK_RECIPE, UPRS, ablation_grid, ablation_hypotheses, build_grid,
@@ -209,6 +210,8 @@ def _learning_curves(results: list[dict], plot_dir: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from ..plots import legend
+
     for task in sorted({group_of(r) for r in results}):
         runs = [r for r in results if group_of(r) == task]
         uprs = sorted({r["spec"]["upr"] for r in runs})
@@ -222,14 +225,14 @@ def _learning_curves(results: list[dict], plot_dir: Path) -> None:
                 mean = [sum(c[i]["sampled"] for c in curves if i < len(c)) / len(curves) for i in range(len(steps))]
                 ax.plot(steps, mean, marker="o", ms=2, lw=1, label=f"{variant} (n={len(curves)})")
             ax.set(title=f"{task}, {upr} updates per rollout", xlabel="optimizer step", ylabel="held-out sampled acc")
-            ax.legend(fontsize=6)
+            legend(ax, fontsize=6)
         fig.tight_layout()
         fig.savefig(plot_dir / f"{task}_learning_curves.png", dpi=100)
         plt.close(fig)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="acpo-study", description=__doc__.split("\n\n")[0])
+    parser = ArgumentParser(prog="acpo-study", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("run", "plan"):
         p = sub.add_parser(name)
@@ -249,13 +252,14 @@ def build_parser() -> argparse.ArgumentParser:
                           help="the drift guard on the real model (levels b, a; --levels b: one)")
         mode.add_argument("--ablation", action="store_true",
                           help="why ACPO wins: the real-model grid's level b with H1/H2/H3 variants (--seeds: upr 16)")
-        p.add_argument("--jobs", type=int, default=None,
+        p.add_argument("--jobs", type=argument(int, NON_NEGATIVE), default=None,
                        help="worker processes (0: run in this process; default 2 on the testbed, 1 with --recipe)")
         p.add_argument("--recipe", type=Path, default=None,
                        help="an acpo-train YAML: each cell is an acpo-train run of it (real model, GPU)")
         p.add_argument("--launcher", default=None,
                        help="--recipe: the command that runs acpo-train (default: python -m acpo_trl.train)")
-        p.add_argument("--eval-steps", type=int, default=50, help="--recipe: held-out evaluation every N steps")
+        p.add_argument("--eval-steps", type=argument(int, AT_LEAST_ONE), default=50,
+                       help="--recipe: held-out evaluation every N steps")
         p.add_argument("--tasks", nargs="+", default=None)
         p.add_argument("--levels", nargs="+", default=None,
                        help=f"--drift: drift levels ({', '.join(level.name for level in DRIFT_LEVELS)}); --real-model: "
@@ -264,10 +268,12 @@ def build_parser() -> argparse.ArgumentParser:
                        help="--guard: the guard's measures (default both; kl runs at level a)")
         p.add_argument("--methods", nargs="+", default=None,
                        help=f"policy losses (default {' '.join(PAPER_METHODS)}; 'all': every registered one)")
-        p.add_argument("--uprs", nargs="+", type=int, default=None)
-        p.add_argument("--seeds", type=int, default=None, help="number of seeds (0..N-1)")
-        p.add_argument("--alphas", nargs="*", type=float, default=None, help="ACPO alpha sweep besides 3.0")
-        p.add_argument("--steps", type=int, default=None, help="RL optimizer steps per run (default 200)")
+        p.add_argument("--uprs", nargs="+", type=argument(int, AT_LEAST_ONE), default=None)
+        p.add_argument("--seeds", type=argument(int, AT_LEAST_ONE), default=None, help="number of seeds (0..N-1)")
+        p.add_argument("--alphas", nargs="*", type=argument(float, NON_NEGATIVE), default=None,
+                       help="ACPO alpha sweep besides 3.0")
+        p.add_argument("--steps", type=argument(int, AT_LEAST_ONE), default=None,
+                       help="RL optimizer steps per run (default 200)")
         p.add_argument("--no-report", action="store_true")
         p.add_argument("--no-check", action="store_true",
                        help="resume without first checking that this machine reproduces a finished run")
@@ -278,12 +284,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--beside", type=Path, default=None,
                    help="another study's folder whose drift map is drawn behind this one's (e.g. study/drift)")
     p = sub.add_parser("drift", help="measure a real model's off-policy drift per update index and bin")
-    p.add_argument("--lrs", nargs="+", type=float, required=True, help="learning rates to measure")
+    p.add_argument("--lrs", nargs="+", type=argument(float, POSITIVE), required=True, help="learning rates to measure")
     p.add_argument("--out", type=Path, default=Path("study/drift/drift_smollm2"))
     p.add_argument("--config", default=None, help="an acpo-train recipe (default: the offline SmolLM2 on addition)")
-    p.add_argument("--upr", type=int, default=16, help="optimizer updates per rollout")
-    p.add_argument("--rollouts", type=int, default=2)
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--upr", type=argument(int, AT_LEAST_ONE), default=16, help="optimizer updates per rollout")
+    p.add_argument("--rollouts", type=argument(int, AT_LEAST_ONE), default=2)
+    p.add_argument("--seed", type=argument(int, NON_NEGATIVE), default=0)
     p = sub.add_parser("_work", help=argparse.SUPPRESS)
     p.add_argument("queue", type=Path)
     p.add_argument("--out", type=Path, required=True)
@@ -349,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
     _check_args(args)
     with user_input(ValueError), user_input(yaml.YAMLError, fix=f"fix the YAML syntax of --recipe {args.recipe}"):
         specs = _specs(args)
+    if specs and isinstance(specs[0], RecipeRunSpec):
+        specs[0].check()  # the recipe's own values, once
     if args.jobs is None:
         args.jobs = 1 if args.recipe else 2  # (the real model on CPU too: two runs of one thread each)
     cache = args.cache or args.out / "warmups"

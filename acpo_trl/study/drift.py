@@ -66,6 +66,7 @@ def measure(lrs: list[float], out_dir: str | Path, *, recipe: str | None = None,
     """Run the measurement for every learning rate (skipping the ones already in ``drift.json``) and write the
     outputs. Returns the JSON content: ``{"settings", "runs": {lr: {"bins": {metric: {"k,b": mean}}, ...}}}``."""
     from ..callbacks import MetricsJSONLCallback
+    from ..cli_errors import parse_config
     from ..diagnostics.plots import bin_table
     from ..plots import read_metrics
     from ..train import make_parser, run
@@ -83,10 +84,9 @@ def measure(lrs: list[float], out_dir: str | Path, *, recipe: str | None = None,
             log(f"lr {key}: already measured")
             continue
         run_dir = out_dir / f"lr{key}"
-        script_args, training_args, model_args = make_parser().parse_args_and_config(
-            args=drift_argv(recipe, lr, upr, rollouts, seed, run_dir))
+        script_args, training_args, model_args = parse_config(
+            make_parser(), drift_argv(recipe, lr, upr, rollouts, seed, run_dir))
         metrics_path = run_dir / "metrics.jsonl"
-        metrics_path.unlink(missing_ok=True)
         log(f"lr {key}: {upr * rollouts} optimizer steps ({rollouts} rollouts of {upr} updates)")
         trainer = run(script_args, training_args, model_args, callbacks=[MetricsJSONLCallback(str(metrics_path))])
         entries = read_metrics(str(metrics_path))
@@ -148,7 +148,7 @@ def plot(data: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..plots import save_figure
+    from ..plots import legend, save_figure
 
     upr = data["settings"]["updates_per_rollout"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -165,7 +165,7 @@ def plot(data: dict, path: Path) -> None:
                 title="ratio std (bin 0 solid, bins 1-4 dotted)")
     axes[1].set(xlabel="update index k within the rollout", ylabel="eps", title="eps ACPO would set")
     axes[1].axhline(1.0, color="grey", lw=0.8, ls="--")  # above 1 the low clip 1 - eps vanishes
-    axes[0].legend(fontsize=7)
+    legend(axes[0], fontsize=7)
     save_figure(plt, fig, str(path), f"drift with {upr} updates per rollout")
 
 
@@ -302,7 +302,7 @@ def _plot_drift_map(curves: dict, reference: dict | None, out_png: Path, task: s
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
 
-    from ..plots import save_figure
+    from ..plots import legend, save_figure
 
     fig, (ax_drop, ax_acc) = plt.subplots(1, 2, figsize=(13, 4.8))
     markers = "osD^vP*Xh"
@@ -341,7 +341,7 @@ def _plot_drift_map(curves: dict, reference: dict | None, out_png: Path, task: s
     fig.suptitle(title)
     ax_drop.set(ylabel=f"relative drop of final accuracy, upr 2 → {upr} (%)", title="robustness to drift")
     ax_acc.set(ylabel=f"final held-out accuracy at upr {upr}", title="accuracy off-policy")
-    ax_drop.legend(fontsize=7, loc="upper left")
+    legend(ax_drop, fontsize=7, loc="upper left")
     save_figure(plt, fig, str(out_png))
 
 

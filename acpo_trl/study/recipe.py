@@ -138,6 +138,14 @@ class RecipeRunSpec(GridCell):
             args += [f"--{name}", *(map(str, value) if isinstance(value, (list, tuple)) else [str(value)])]
         return [*self.launcher, *args]
 
+    def check(self) -> None:
+        """Parse this cell's ``acpo-train`` arguments as ``acpo-train`` does: a mistake in the recipe (a NaN, a
+        negative learning rate, an unknown field) fails once, in one line, before the grid starts."""
+        from ..cli_errors import parse_config
+        from ..train import make_parser
+
+        parse_config(make_parser(), self.command(Path("check"))[len(self.launcher):])
+
     def run(self, out_dir: str | Path, cache_dir: str | Path | None = None) -> dict:
         """Run this cell (``acpo-train`` in a child process, output in ``log.txt``) and write its ``result.json``.
         (``cache_dir`` is the testbed's warm-up cache: unused here.)"""

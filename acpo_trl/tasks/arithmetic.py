@@ -7,12 +7,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from ..number_checks import NON_NEGATIVE, Range, check_numbers
 from .registry import Task, TaskSpec, register_task
 
 logger = logging.getLogger(__name__)
 
 # Field names before the options were shared by both operations (configs written for them still work).
 _DEPRECATED = {"addition_digits": "arithmetic_digits", "addition_shots": "arithmetic_shots"}
+RANGES = {"arithmetic_digits": Range(1, 9), "arithmetic_shots": NON_NEGATIVE}  # checked at construction
 
 
 @dataclass
@@ -38,10 +40,7 @@ class ArithmeticOptions:
                                old, new)
                 setattr(self, new, getattr(self, old))
                 setattr(self, old, None)
-        if isinstance(self.arithmetic_digits, bool) or not isinstance(self.arithmetic_digits, int) or not (
-                1 <= self.arithmetic_digits <= 9):
-            raise ValueError(f"ArithmeticOptions.arithmetic_digits={self.arithmetic_digits!r}: must be an integer in "
-                             "[1, 9].")
+        check_numbers(self, RANGES)
 
 
 def _arithmetic(op: str):

@@ -8,8 +8,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..number_checks import NON_NEGATIVE, Range, check_numbers
 from .registry import BenchmarkSource, Task, TaskSpec, register_task
 
+RANGES = {"countdown_min_numbers": Range(2), "countdown_max_numbers": Range(2),  # checked at construction
+          "countdown_format_score": NON_NEGATIVE}
 COUNTDOWN_TEST_SPLIT = "train[8001:10002]"  # TinyZero's test rows of Jiayi-Pan/Countdown-Tasks-3to4
 
 
@@ -25,6 +28,9 @@ class CountdownOptions:
     countdown_min_numbers: int = field(default=3, metadata={"help": "Generated Countdown: fewest numbers."})
     countdown_max_numbers: int = field(default=4, metadata={"help": "Generated Countdown: most numbers."})
     countdown_format_score: float = field(default=0.0, metadata={"help": "Countdown format credit (TinyZero: 0.1)."})
+
+    def __post_init__(self):
+        check_numbers(self, RANGES)
 
 
 def build(args, seed: int) -> Task:
