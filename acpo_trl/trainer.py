@@ -9,7 +9,7 @@ correction, KL to the reference model), with TRL's helpers; and the aggregation 
 gradient-accumulation normalisation (:func:`~acpo_trl.losses.aggregate_loss`), then TRL's entropy bonus and MoE aux
 loss. Metrics are logged with one all-reduce per micro-batch.
 
-With ``drift_guard`` set, the guard (:class:`~acpo_trl.drift_guard.DriftGuard`) measures each optimizer update's drift
+With ``drift_guard`` set, the guard (:class:`~acpo_trl.training.drift_guard.DriftGuard`) measures each optimizer update's drift
 on the forward pass the update makes and, past its threshold, that update and the rollout's remaining ones are skipped
 (``training_step``). A checkpoint keeps TRL's micro-step counter, the rollout being reused and the guard's state, so that a run resumed
 mid-rollout goes on with the same rollout and schedule (TRL alone samples a new rollout on resume).
@@ -28,12 +28,13 @@ from trl import GRPOTrainer
 
 from .config import ACPOConfig
 from .diagnostics.hook import update_index
-from .drift_guard import DriftGuard, UpdateSkipped, guard_summary
-from .host_memory import release_freed_memory
-from .hub import HubUnreachableError, check_hub_reachable
+from .training.drift_guard import DriftGuard, UpdateSkipped
+from .training.report import acpo_card_section
+from .training.host_memory import release_freed_memory
+from .utils.hub import HubUnreachableError, check_hub_reachable
 from .losses import AggregatedLoss, PolicyLossInputs, aggregate_loss, reduce_metrics
-from .shared_prefix import cache_argument, score_with_shared_prefix, shared_prefix_generation
-from .vllm_check import check_vllm_device
+from .training.shared_prefix import cache_argument, score_with_shared_prefix, shared_prefix_generation
+from .utils.vllm_check import check_vllm_device
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ class ACPOTrainer(GRPOTrainer):
 
     def _generate_single_turn(self, *args, **kwargs):
         """TRL's rollout; with ``share_prompt_prefix`` on the transformers backend, ``generate`` prefills the prefix
-        all prompts share once (:func:`~acpo_trl.shared_prefix.generate_with_shared_prefix`)."""
+        all prompts share once (:func:`~acpo_trl.training.shared_prefix.generate_with_shared_prefix`)."""
         if not self.args.share_prompt_prefix or self.use_vllm or self.use_transformers_continuous_batching:
             return super()._generate_single_turn(*args, **kwargs)
         with shared_prefix_generation(self.accelerator.unwrap_model(self.model_wrapped)):
@@ -198,7 +199,7 @@ class ACPOTrainer(GRPOTrainer):
             self.drift_guard.load_dict(state["drift_guard"])
 
     def _release_host_memory(self) -> None:
-        """On CPU, return what freed tensors left in the C heap to the OS between phases (:mod:`acpo_trl.host_memory`)."""
+        """On CPU, return what freed tensors left in the C heap to the OS between phases (:mod:`acpo_trl.training.host_memory`)."""
         if self.accelerator.device.type == "cpu":
             release_freed_memory()
 
@@ -227,7 +228,7 @@ class ACPOTrainer(GRPOTrainer):
     def _get_per_token_logps_and_entropies(self, model, input_ids, attention_mask, logits_to_keep, batch_size=None,
                                            compute_entropy=False, compute_aux_loss=False, **model_inputs):
         """TRL's per-token log-probs and entropies, with ``share_prompt_prefix`` scored against the prefix the rows
-        share (:func:`~acpo_trl.shared_prefix.score_with_shared_prefix`; multimodal inputs and the MoE aux loss take
+        share (:func:`~acpo_trl.training.shared_prefix.score_with_shared_prefix`; multimodal inputs and the MoE aux loss take
         TRL's path). The drift guard decides on the first forward of the micro-batch whose loss is computed."""
         scored = None
         if self.args.share_prompt_prefix and not compute_aux_loss and all(v is None for v in model_inputs.values()):
@@ -421,39 +422,3 @@ class _Forward(NamedTuple):
     aux_loss: torch.Tensor | None
     mask: torch.Tensor
     entropy_mask: torch.Tensor | None
-
-
-def acpo_card_section(args: ACPOConfig, task: str | None, guard: DriftGuard | None = None, steps: int = 0) -> str:
-    """The model card's training-method section for ``args`` (Markdown), with how often the drift guard acted in
-    ``steps`` optimizer steps."""
-    upr = args.updates_per_rollout
-    regime = "on-policy (one update per rollout)" if args.is_on_policy else (
-        "near on-policy" if upr <= 2 else "off-policy"
-    )
-    lines = [
-        "## ACPO training settings",
-        "",
-        f"Trained with `acpo_trl`'s ACPOTrainer, policy loss `{args.policy_loss}`. ACPO (arXiv 2606.22570) clips the",
-        "importance ratio of each token within a range set per bin of the current token probability:",
-        "eps_b = clamp(base + alpha * std_b, min, max), std_b the within-bin std of the ratio.",
-        "",
-        "| setting | value |",
-        "|---|---|",
-        f"| policy loss | `{args.policy_loss}` |",
-        f"| probability bins K | {args.acpo_num_bins} |",
-        f"| alpha / base / clip min / clip max | {args.acpo_alpha} / {args.acpo_base_clip} / {args.acpo_clip_min} / "
-        f"{args.acpo_clip_max} |",
-        f"| dual-clip c | {args.dual_clip_c} |",
-        f"| bin statistics | {args.acpo_stats_scope} |",
-        f"| loss aggregation | `{args.loss_type}` |",
-        f"| regime | {regime}: {upr:g} optimizer updates per rollout |",
-        "| drift guard | " + (guard_summary(args, guard.updates_applied, guard.rollouts_cut, steps) if guard else "off")
-        + " |",
-        *([f"| drift guard's rule | {guard.rule()}; decisions: {guard.state.decisions[0]} on "
-           f"{args.drift_guard}, {guard.state.decisions[1]} on the kl fallback, {guard.state.decisions[2]} on too "
-           "few tokens (update applied) |"] if guard else []),
-        f"| completions per prompt | {args.num_generations} |",
-        f"| learning rate | {args.learning_rate} |",
-        f"| task | {task or 'unspecified'} |",
-    ]
-    return "\n".join(lines) + "\n"

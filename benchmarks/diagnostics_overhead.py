@@ -76,7 +76,7 @@ def main() -> None:
         ms = bench({"loss": lambda: loss_step(inputs), "diag": lambda: ratio_stats(inputs, masks)}, args.repeats)
         print(f"{shape:>10} {ms['loss']:>18.2f} {ms['diag']:>12.2f} {ms['diag'] / ms['loss']:>6.2f}x")
 
-    from acpo_trl.toy import build_tiny_model
+    from acpo_trl.utils.tiny_models import build_tiny_model
 
     model, _ = build_tiny_model(hidden_size=128)
     g = torch.Generator().manual_seed(0)

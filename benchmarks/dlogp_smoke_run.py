@@ -73,7 +73,7 @@ def main() -> None:
     args = parser.parse_args()
 
     from acpo_trl.dlogp.cli import main as dlogp
-    from acpo_trl.offline_model import load_offline_model, offline_model_path
+    from acpo_trl.utils.offline_model import load_offline_model, offline_model_path
 
     out = Path(args.out_dir)
     out.mkdir(parents=True, exist_ok=True)

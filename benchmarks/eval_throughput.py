@@ -5,7 +5,7 @@ against batched calls (``--batch_size`` problems x ``--k`` samples, left padding
 
 Both modes sample the same prompts (the first ``--problems`` MATH500 problems, chat template) with the same
 settings (T = 1.0, top-p = 1.0). A short warm-up call precedes the timing. Printed: completions/s, generated
-tokens/s and the batched/unbatched ratio. The model is SmolLM2-135M-Instruct (``acpo_trl.offline_model``).
+tokens/s and the batched/unbatched ratio. The model is SmolLM2-135M-Instruct (``acpo_trl.utils.offline_model``).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import torch
 
 from acpo_trl.data.math import load_math_eval
 from acpo_trl.evaluation.generation import SamplingSettings, TransformersBackend, tokenize_prompt
-from acpo_trl.offline_model import load_offline_model
+from acpo_trl.utils.offline_model import load_offline_model
 
 
 def timed(backend, calls):

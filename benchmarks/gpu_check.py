@@ -433,7 +433,8 @@ def part_train_step(mode: dict, part: str, deadline: float) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     from acpo_trl import ACPOConfig, ACPOTrainer
-    from acpo_trl.toy import build_tokenizer, toy_dataset, toy_reward
+    from acpo_trl.utils.tiny_models import build_tokenizer
+    from acpo_trl.tasks.toy import toy_dataset, toy_reward
 
     spec = mode["steps"][part]
     device = mode["device"]

@@ -2,7 +2,7 @@
 
     OMP_NUM_THREADS=1 python benchmarks/shared_prefix.py [--threads 1] [--rounds 5] [--cap-mmap-threshold]
 
-One ``ACPOTrainer`` on SmolLM2-135M-Instruct (``acpo_trl.offline_model``) with the demo's settings
+One ``ACPOTrainer`` on SmolLM2-135M-Instruct (``acpo_trl.utils.offline_model``) with the demo's settings
 (``configs/demo.yaml``: single-digit addition, two solved examples as earlier chat turns, 8 prompts x 8 completions
 per rollout, micro-batch 16, completions up to 16 tokens, CPU, float32); ``share_prompt_prefix`` is switched on the
 trainer's args between measurements. The prompts are tokenized by TRL (``_tokenize_prompts``: the chat template,
@@ -13,12 +13,12 @@ the rollout's longest, as TRL's rollout leaves them. Measured, side by side:
    shuffled rollout as TRL's ``shuffle_sequence_dict`` / ``split_tensor_dict`` draw it;
 2. old log-probs: the no-grad forward of the 64-row rollout in chunks of 16, as TRL's rollout computes it;
 3. generation: 64 completions (the 8 prompts x 8, TRL's generation config: sampling at T = 1, 16 new tokens,
-   seeded) by ``model.generate`` against ``acpo_trl.shared_prefix.generate_with_shared_prefix``; the samples must be
+   seeded) by ``model.generate`` against ``acpo_trl.training.shared_prefix.generate_with_shared_prefix``; the samples must be
    identical.
 
 Each round runs every part once per variant, the variants' order alternating between rounds, after an untimed
 warm-up of each on a quarter of its rows. glibc's allocator is left as it is: ``--cap-mmap-threshold`` fixes its
-mmap threshold as ``acpo-train`` does on CPU (``acpo_trl.host_memory``), which here adds about a third to a
+mmap threshold as ``acpo-train`` does on CPU (``acpo_trl.training.host_memory``), which here adds about a third to a
 forward's time in system time (page faults), on both paths. Printed: the medians, the ratio shared / TRL, and for
 1-2 the largest absolute difference of the log-probs (and entropies) between the two paths over the completion
 tokens. A round takes about 50 s at 1 thread on a 2-core Xeon (TRL's path is most of it): the default 5 rounds take
@@ -57,7 +57,7 @@ def build_trainer():
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from acpo_trl import ACPOConfig, ACPOTrainer
-    from acpo_trl.offline_model import offline_model_path
+    from acpo_trl.utils.offline_model import offline_model_path
     from acpo_trl.data.arithmetic import arithmetic_dataset
 
     path = offline_model_path()
@@ -110,8 +110,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
-    from acpo_trl.host_memory import cap_mmap_threshold
-    from acpo_trl.shared_prefix import generate_with_shared_prefix, shared_prefix_length
+    from acpo_trl.training.host_memory import cap_mmap_threshold
+    from acpo_trl.training.shared_prefix import generate_with_shared_prefix, shared_prefix_length
 
     if args.cap_mmap_threshold:
         cap_mmap_threshold()

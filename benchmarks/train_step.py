@@ -34,13 +34,14 @@ def child(variant: str, model_name: str, steps: int, batch: int, prompt_len: int
     from trl import GRPOConfig, GRPOTrainer
 
     from acpo_trl import ACPOConfig, ACPOTrainer
-    from acpo_trl.toy import build_tiny_model, toy_dataset, toy_reward
+    from acpo_trl.utils.tiny_models import build_tiny_model
+    from acpo_trl.tasks.toy import toy_dataset, toy_reward
 
     torch.set_num_threads(int(os.environ.get("BENCH_THREADS", "2")))
     if model_name == "tiny":
         model, tokenizer = build_tiny_model(seed=0, hidden_size=256, num_layers=4)
     else:
-        from acpo_trl.offline_model import load_offline_model
+        from acpo_trl.utils.offline_model import load_offline_model
 
         model, tokenizer = load_offline_model()
     common = dict(output_dir=tempfile.mkdtemp(), report_to="none", use_cpu=True, bf16=False,

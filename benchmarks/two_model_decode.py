@@ -24,10 +24,10 @@ from acpo_trl.dlogp import DecodeConfig, single_model_generate, two_model_genera
 
 def load(name: str):
     if name == "tiny":
-        from acpo_trl.toy import build_tiny_model
+        from acpo_trl.utils.tiny_models import build_tiny_model
 
         return build_tiny_model(seed=0)
-    from acpo_trl.offline_model import load_offline_model
+    from acpo_trl.utils.offline_model import load_offline_model
 
     return load_offline_model()
 

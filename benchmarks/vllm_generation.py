@@ -50,7 +50,7 @@ def main() -> None:
 
     from acpo_trl.data.math import load_math_eval
     from acpo_trl.evaluation.generation import SamplingSettings, TransformersBackend, VLLMBackend, tokenize_prompt
-    from acpo_trl.offline_model import load_offline_model, offline_model_path
+    from acpo_trl.utils.offline_model import load_offline_model, offline_model_path
 
     torch.set_num_threads(args.threads)
     settings = SamplingSettings(temperature=1.0, max_tokens=args.max_tokens)

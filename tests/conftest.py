@@ -12,7 +12,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 @pytest.fixture
 def tiny_model():
-    from acpo_trl.toy import build_tiny_model
+    from acpo_trl.utils.tiny_models import build_tiny_model
 
     return build_tiny_model(seed=0)
 
@@ -20,7 +20,7 @@ def tiny_model():
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):
     """The tiny model and tokenizer saved to a folder, for trainers built from a path (as TRL loads models)."""
-    from acpo_trl.toy import build_tiny_model
+    from acpo_trl.utils.tiny_models import build_tiny_model
 
     path = tmp_path_factory.mktemp("tiny")
     model, tokenizer = build_tiny_model(seed=0)
@@ -33,7 +33,7 @@ def tiny_dir(tmp_path_factory):
 def tiny_vllm_dir(tmp_path_factory):
     """A tiny model vLLM can serve, saved in float32 with its tokenizer: hidden size 128 over 4 heads gives 32-dim
     attention heads, the smallest head size of vLLM's CPU attention (the default tiny model's 16 is refused)."""
-    from acpo_trl.toy import build_tiny_model
+    from acpo_trl.utils.tiny_models import build_tiny_model
 
     path = tmp_path_factory.mktemp("tiny_vllm")
     model, tokenizer = build_tiny_model(seed=0, hidden_size=128)

@@ -196,7 +196,8 @@ def diversity_reward(prompts, completions, **kwargs):
 
 def make_trainer(tmp_path, model_path, **overrides):
     from acpo_trl import ACPOConfig, ACPOTrainer
-    from acpo_trl.toy import build_tokenizer, toy_dataset
+    from acpo_trl.utils.tiny_models import build_tokenizer
+    from acpo_trl.tasks.toy import toy_dataset
 
     args = ACPOConfig(**trainer_kwargs(tmp_path, **overrides))
     return ACPOTrainer(model_path, diversity_reward, args=args, train_dataset=toy_dataset(32),
@@ -207,7 +208,8 @@ def test_cispo_unmasked_equals_trl(tmp_path, tiny_dir):
     """TRL's loss_type='cispo' (epsilon_high = clamp max, dapo normalisation) on the same inputs."""
     from trl import GRPOConfig, GRPOTrainer
 
-    from acpo_trl.toy import build_tokenizer, toy_dataset
+    from acpo_trl.utils.tiny_models import build_tokenizer
+    from acpo_trl.tasks.toy import toy_dataset
     from test_trl_equivalence import loss_and_grads, make_inputs
 
     common = trainer_kwargs(tmp_path, gradient_accumulation_steps=2, steps_per_generation=4, max_completion_length=7)

@@ -94,8 +94,8 @@ def test_model_check_online(monkeypatch):
     import huggingface_hub
     from huggingface_hub import constants
 
-    from acpo_trl import hub
-    from acpo_trl.cli_errors import UserError
+    from acpo_trl.utils import hub
+    from acpo_trl.utils.cli_errors import UserError
 
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
     monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")  # nothing listens on the discard port
@@ -116,7 +116,7 @@ def test_train_missing_optional_packages(tmp_path, recipe, capsys, monkeypatch):
     import trl.import_utils as trl_import_utils
     from transformers.utils.versions import require_version
 
-    from acpo_trl import offline_model
+    from acpo_trl.utils import offline_model
     from acpo_trl.train import main
 
     monkeypatch.setattr(trl_import_utils, "is_vllm_available", lambda *args, **kwargs: False)
@@ -155,7 +155,7 @@ def test_train_missing_data_and_unreachable_hub(tmp_path, recipe, capsys, offlin
 
 
 def test_bugs_keep_their_traceback_and_acpo_debug_shows_user_errors(tmp_path, recipe, monkeypatch):
-    from acpo_trl.cli_errors import UserError
+    from acpo_trl.utils.cli_errors import UserError
     from acpo_trl.train import main
     from acpo_trl.trainer import ACPOTrainer
 

@@ -130,7 +130,8 @@ def test_bf16_autocast_matches_float32(device):
 @pytest.mark.parametrize("device", DEVICES)
 def test_two_update_off_policy_trainer_step(device, tmp_path):
     from acpo_trl import ACPOConfig, ACPOTrainer
-    from acpo_trl.toy import build_tiny_model, toy_dataset, toy_reward
+    from acpo_trl.utils.tiny_models import build_tiny_model
+    from acpo_trl.tasks.toy import toy_dataset, toy_reward
 
     model, tokenizer = build_tiny_model(seed=0)
     bf16 = device == "cuda" and torch.cuda.is_bf16_supported()

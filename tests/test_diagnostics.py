@@ -178,7 +178,7 @@ def test_gradient_diagnostics_emit_the_same_names_whatever_the_data():
 
 def test_update_index_and_parameter_subset():
     from acpo_trl.diagnostics import gradient_step_due, select_parameters, update_index
-    from acpo_trl.toy import build_tiny_model
+    from acpo_trl.utils.tiny_models import build_tiny_model
 
     assert [update_index(s, 4, 1, 1) for s in range(9)] == [0, 1, 2, 3, 0, 1, 2, 3, 0]
     assert [update_index(s, 4, 1, 2) for s in range(8)] == [0, 0, 1, 1, 0, 0, 1, 1]

@@ -185,23 +185,12 @@ def pooled_eps(records: list[dict]) -> list[float]:
 
 
 @pytest.fixture(scope="module")
-def tiny_model_dir(tmp_path_factory) -> str:
-    from acpo_trl.toy import build_tiny_model
-
-    path = tmp_path_factory.mktemp("tiny_model")
-    model, tokenizer = build_tiny_model(seed=0)
-    model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
-
-
-@pytest.fixture(scope="module")
-def ddp_runs(tmp_path_factory, tiny_model_dir):
+def ddp_runs(tmp_path_factory, tiny_dir):
     """One 2-process DDP launch training the global-statistics recipe (every diagnostic on), then the local one."""
     work = tmp_path_factory.mktemp("ddp")
-    recipes = [write_recipe(work, tiny_model_dir, "global", **DIAGNOSTICS),
-               write_recipe(work, tiny_model_dir, "local", acpo_stats_scope="local"),
-               write_recipe(work, tiny_model_dir, "guard", **GUARD)]
+    recipes = [write_recipe(work, tiny_dir, "global", **DIAGNOSTICS),
+               write_recipe(work, tiny_dir, "local", acpo_stats_scope="local"),
+               write_recipe(work, tiny_dir, "guard", **GUARD)]
     launch(DDP_CONFIG, work / "records", recipes)
     return work
 
@@ -269,8 +258,8 @@ def test_ddp_drift_guard_takes_one_decision_on_both_ranks(ddp_runs):
 
 @pytest.mark.slow
 @needs_deepspeed
-def test_deepspeed_zero2_on_cpu_matches_ddp(tmp_path, tiny_model_dir, ddp_runs):
-    recipe = write_recipe(tmp_path, tiny_model_dir, "global", **DIAGNOSTICS)
+def test_deepspeed_zero2_on_cpu_matches_ddp(tmp_path, tiny_dir, ddp_runs):
+    recipe = write_recipe(tmp_path, tiny_dir, "global", **DIAGNOSTICS)
     launch(ZERO2_CPU_CONFIG, tmp_path / "records", [recipe], *DEEPSPEED_ARGS, env=DEEPSPEED_ENV)
     ranks = load_ranks(tmp_path / "records", "global")
     for rank in ranks:
@@ -285,19 +274,19 @@ def test_deepspeed_zero2_on_cpu_matches_ddp(tmp_path, tiny_model_dir, ddp_runs):
 
 @pytest.mark.slow
 @needs_deepspeed
-def test_deepspeed_zero3_on_cpu_with_diagnostics_resumes_and_matches_ddp(tmp_path, tiny_model_dir, ddp_runs):
+def test_deepspeed_zero3_on_cpu_with_diagnostics_resumes_and_matches_ddp(tmp_path, tiny_dir, ddp_runs):
     """ZeRO-3 (weights, gradients and optimizer states partitioned) with every diagnostic on: the uninterrupted run
     saves checkpoints at steps 2 and 4; a second run, in the same processes, resumes from checkpoint-2. Then the
     drift guard under ZeRO-3: a guarded run, and a run resumed from its checkpoint taken mid-rollout after a cut."""
     save = {"save_strategy": "steps", "save_steps": 2, **DIAGNOSTICS}
-    full = write_recipe(tmp_path, tiny_model_dir, "zero3", **save)
+    full = write_recipe(tmp_path, tiny_dir, "zero3", **save)
     checkpoint = tmp_path / "out_zero3" / "checkpoint-2"
-    resumed = write_recipe(tmp_path, tiny_model_dir, "zero3_resumed", resume_from_checkpoint=str(checkpoint), **save)
+    resumed = write_recipe(tmp_path, tiny_dir, "zero3_resumed", resume_from_checkpoint=str(checkpoint), **save)
     # The drift guard under ZeRO-3, checkpointed at step 2 (right after the first rollout's cut, mid-rollout) and
     # resumed from there.
     guard_save = {**GUARD, "save_strategy": "steps", "save_steps": 2}
-    guard = write_recipe(tmp_path, tiny_model_dir, "zero3_guard", **guard_save)
-    guard_resumed = write_recipe(tmp_path, tiny_model_dir, "zero3_guard_resumed", **guard_save,
+    guard = write_recipe(tmp_path, tiny_dir, "zero3_guard", **guard_save)
+    guard_resumed = write_recipe(tmp_path, tiny_dir, "zero3_guard_resumed", **guard_save,
                                  resume_from_checkpoint=str(tmp_path / "out_zero3_guard" / "checkpoint-2"))
     # ACPO_TEST_ZERO3_RELEASE_AFTER_USE: ZeRO-3 releases each weight after every use (stage3_max_reuse_distance 0),
     # as for a model too large to keep them, so the gradient diagnostics meet partitioned weights.
@@ -342,10 +331,10 @@ def test_deepspeed_zero3_on_cpu_with_diagnostics_resumes_and_matches_ddp(tmp_pat
 
 
 @pytest.mark.slow
-def test_ddp_diagnostics_with_a_zero_gradient_rank_log_the_same_keys(tmp_path, tiny_model_dir):
+def test_ddp_diagnostics_with_a_zero_gradient_rank_log_the_same_keys(tmp_path, tiny_dir):
     """Rank 1's advantages are all zero, so its gradient diagnostics have no angle, norm ratio or share to give;
     it must still emit them (as missing values), or the ranks' single metric all-reduce would mismatch."""
-    launch(DDP_CONFIG, tmp_path / "records", [], tiny_model_dir, script=ZERO_ADVANTAGE_RANK)
+    launch(DDP_CONFIG, tmp_path / "records", [], tiny_dir, script=ZERO_ADVANTAGE_RANK)
     ranks = [json.loads((tmp_path / "records" / f"rank{r}.json").read_text()) for r in range(2)]
     assert [r["steps"] for r in ranks] == [4, 4] and [r["num_processes"] for r in ranks] == [2, 2]
     assert max(ranks[1]["max_advantage"]) == 0.0 and max(ranks[0]["max_advantage"]) > 0
@@ -359,14 +348,14 @@ MULTI_NODE_CONFIG = REPO / "configs" / "accelerate" / "multi_node.yaml"
 
 @pytest.mark.slow
 @needs_deepspeed
-def test_multi_node_config_runs_as_two_machines(tmp_path, tiny_model_dir):
+def test_multi_node_config_runs_as_two_machines(tmp_path, tiny_dir):
     """``configs/accelerate/multi_node.yaml`` launched as two machines on one host: two ``accelerate launch``
     processes, machine ranks 0 and 1, the main process at 127.0.0.1, one process each (gloo on CPU, DeepSpeed
     ZeRO-3 as the file says). Each "node" runs in a folder of its own with a relative output_dir, as two machines
     without a shared disk. Both take the same drift-guard decisions and use the same global clip ranges; the main
     node writes the model, the trainer state and the model card, the other node only its own ZeRO-3 partition,
     RNG and rollout state."""
-    recipe = write_recipe(tmp_path, tiny_model_dir, "nodes", **GUARD, save_strategy="steps", save_steps=2,
+    recipe = write_recipe(tmp_path, tiny_dir, "nodes", **GUARD, save_strategy="steps", save_steps=2,
                           output_dir="out")
     port = free_port()
     env = {**os.environ, **DEEPSPEED_ENV, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false",

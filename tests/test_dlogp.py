@@ -23,7 +23,7 @@ from acpo_trl.dlogp import (
     two_model_generate,
 )
 from acpo_trl.dlogp.analysis import mass_share, summary, top_tokens, write_analysis
-from acpo_trl.toy import build_tiny_model
+from acpo_trl.utils.tiny_models import build_tiny_model
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

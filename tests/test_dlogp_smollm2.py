@@ -58,7 +58,7 @@ def fine_tuned_copy(model, tokenizer, steps: int = 3, lr: float = 3e-2, trainabl
 
 
 def test_dlogp_is_sparse_and_signed_between_smollm2_and_a_fine_tuned_copy():
-    from acpo_trl.offline_model import load_offline_model
+    from acpo_trl.utils.offline_model import load_offline_model
 
     torch.manual_seed(0)
     base, tokenizer = load_offline_model()

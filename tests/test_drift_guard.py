@@ -1,4 +1,4 @@
-"""The drift guard (acpo_trl/drift_guard.py): its measures, and ACPOTrainer stopping a rollout's reuse past the
+"""The drift guard (acpo_trl/training/drift_guard.py): its measures, and ACPOTrainer stopping a rollout's reuse past the
 threshold without moving the optimizer, for registry methods and TRL's own loss, with gradient accumulation and
 num_iterations > 1, and resuming mid-rollout exactly. The 2-process runs (DDP, ZeRO-3, two "nodes") are in
 tests/test_distributed_training.py."""
@@ -17,7 +17,7 @@ from conftest import trainer_kwargs
 def test_measures_equal_their_definitions_and_add_over_splits():
     """ratio_std is the population std of r over bin-0 tokens (current p < 1/K), kl the mean of r - 1 - log r over
     valid tokens; the sums of two halves of a batch give the measures of the whole (as over processes)."""
-    from acpo_trl.drift_guard import drift_measure, drift_sums
+    from acpo_trl.training.drift_guard import drift_measure, drift_sums
 
     torch.manual_seed(0)
     logps = torch.rand(6, 9).clamp(min=1e-3).log()
@@ -44,7 +44,7 @@ def test_measures_equal_their_definitions_and_add_over_splits():
 def _guard(**fields):
     from types import SimpleNamespace
 
-    from acpo_trl.drift_guard import DriftGuard
+    from acpo_trl.training.drift_guard import DriftGuard
 
     args = dict(drift_guard="ratio_std", drift_guard_threshold=0.3, drift_guard_min_tokens=16,
                 drift_guard_fallback_threshold=None, acpo_num_bins=5, steps_per_generation=4, num_iterations=1,
@@ -74,7 +74,7 @@ def test_the_token_rule_decides_on_enough_tokens_and_says_on_how_many():
     """ratio_std decides on >= min_tokens bin-0 tokens; with an empty bin 0 or a single token it falls back to k3
     over all tokens (0.07); with too few tokens for either the update is applied. Each decision logs its tokens and
     how it was taken, and is counted."""
-    from acpo_trl.drift_guard import FALLBACK, OWN, UNDECIDED
+    from acpo_trl.training.drift_guard import FALLBACK, OWN, UNDECIDED
 
     guard = _guard()
     # 16 bin-0 tokens at r = 2 and 1/2: std 0.75 > 0.3, decided on ratio_std: cut
@@ -100,7 +100,7 @@ def test_the_token_rule_decides_on_enough_tokens_and_says_on_how_many():
 
 
 def test_the_kl_guard_and_a_fallback_threshold():
-    from acpo_trl.drift_guard import OWN, UNDECIDED
+    from acpo_trl.training.drift_guard import OWN, UNDECIDED
 
     guard = _guard(drift_guard="kl", drift_guard_threshold=0.05)
     assert _decide(guard, 0, *_batch(0, 16, common_ratio=2.0)) == (False, True)  # k3 = 1 - log 2 = 0.31
@@ -109,7 +109,14 @@ def test_the_kl_guard_and_a_fallback_threshold():
     assert guard.state.decided_by == UNDECIDED
     lenient = _guard(drift_guard_fallback_threshold=0.5)
     assert _decide(lenient, 0, *_batch(0, 16, common_ratio=2.0)) == (False, False)  # 0.31 < 0.5
-    assert lenient.rule() == "ratio_std > 0.3 on >= 16 bin-0 tokens, else kl > 0.5"
+    from types import SimpleNamespace
+
+    from acpo_trl.training.report import guard_rule
+
+    rule = dict(drift_guard="ratio_std", drift_guard_threshold=0.3, drift_guard_min_tokens=16)
+    assert guard_rule(SimpleNamespace(**rule, drift_guard_fallback_threshold=0.5)) == (
+        "ratio_std > 0.3 on >= 16 bin-0 tokens, else kl > 0.5")
+    assert guard_rule(SimpleNamespace(**rule, drift_guard_fallback_threshold=None)).endswith("else kl > 0.07")
     # only an update's first micro-batch is measured, once
     guard = _guard(gradient_accumulation_steps=2)
     assert _decide(guard, 0, *_batch(0, 16)) == (False, False) and guard.state.decisions == (0, 1, 0)
@@ -166,7 +173,7 @@ def _train(tmp_path, tiny_model, name, rollouts=2, **overrides):
     from transformers import TrainerCallback
 
     from acpo_trl import ACPOConfig, ACPOTrainer
-    from acpo_trl.toy import toy_dataset, toy_reward
+    from acpo_trl.tasks.toy import toy_dataset, toy_reward
 
     model, tokenizer = copy.deepcopy(tiny_model[0]), tiny_model[1]  # every run starts from the same weights
     fields = dict(steps_per_generation=4, learning_rate=2e-2, num_rollouts=rollouts)
@@ -216,7 +223,7 @@ def test_the_report_states_the_guard(tmp_path):
     from types import SimpleNamespace
 
     from acpo_trl import ACPOConfig
-    from acpo_trl.train import write_report
+    from acpo_trl.training.report import write_report
 
     args = ACPOConfig(**trainer_kwargs(tmp_path, steps_per_generation=4, drift_guard="ratio_std",
                                        drift_guard_threshold=0.3))
@@ -257,7 +264,7 @@ def test_a_checkpoint_mid_rollout_resumes_exactly(tmp_path, tiny_model, guard):
     with the uninterrupted run's weights, bit for bit: the checkpoint keeps TRL's micro-step counter, the rollout
     and the guard's state (TRL alone would sample a new rollout on resume)."""
     from acpo_trl import ACPOConfig, ACPOTrainer
-    from acpo_trl.toy import toy_dataset, toy_reward
+    from acpo_trl.tasks.toy import toy_dataset, toy_reward
 
     model, tokenizer = tiny_model
     initial = {n: p.detach().clone() for n, p in model.named_parameters()}

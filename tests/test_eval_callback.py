@@ -8,7 +8,8 @@ import torch
 from acpo_trl.evaluation.benchmarks import Benchmark
 from acpo_trl.evaluation.callback import EvalCallback
 from acpo_trl.rewards.common import completion_text
-from acpo_trl.toy import build_tiny_model, toy_dataset
+from acpo_trl.utils.tiny_models import build_tiny_model
+from acpo_trl.tasks.toy import toy_dataset
 
 
 def ascii_reward(prompts, completions, **kwargs):

@@ -16,7 +16,7 @@ from acpo_trl.evaluation.generation import Generation, SamplingSettings, Transfo
 from acpo_trl.evaluation.runner import evaluate
 from acpo_trl.evaluation.store import SAMPLES_FILE
 from acpo_trl.rewards.countdown import countdown_reward, solve_countdown
-from acpo_trl.toy import build_tokenizer
+from acpo_trl.utils.tiny_models import build_tokenizer
 
 FIXTURES = Path(__file__).parent / "fixtures"
 COUNTDOWN = FIXTURES / "countdown" / "test_nums_target.jsonl"

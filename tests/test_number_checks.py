@@ -1,4 +1,4 @@
-"""Every number of every config is checked at construction, before anything loads (acpo_trl/number_checks.py): NaN
+"""Every number of every config is checked at construction, before anything loads (acpo_trl/utils/number_checks.py): NaN
 and infinities in any float field, inherited ones included, found by walking the dataclasses (no hand-kept list);
 values outside the ranges of the configs' tables."""
 
@@ -88,7 +88,7 @@ def test_every_range_names_a_number_field_of_its_config_and_refuses_values_outsi
     from acpo_trl.dlogp.decoding import DECODE_RANGES, DecodeConfig
     from acpo_trl.evaluation.config import EVAL_RANGES, EvalConfig
     from acpo_trl.evaluation.generation import SAMPLING_RANGES, SamplingSettings
-    from acpo_trl.number_checks import check_numbers, number_fields
+    from acpo_trl.utils.number_checks import check_numbers, number_fields
     from acpo_trl.tasks import arithmetic, countdown
     from acpo_trl.train import MODEL_RANGES, SCRIPT_RANGES, script_arguments
 
@@ -115,7 +115,7 @@ def test_every_range_names_a_number_field_of_its_config_and_refuses_values_outsi
 
 
 def test_argparse_numbers_are_finite_and_in_range():
-    from acpo_trl.number_checks import AT_LEAST_ONE, POSITIVE, argument
+    from acpo_trl.utils.number_checks import AT_LEAST_ONE, POSITIVE, argument
 
     learning_rate, steps = argument(float, POSITIVE), argument(int, AT_LEAST_ONE)
     assert (learning_rate("2e-5"), steps("3")) == (2e-5, 3)

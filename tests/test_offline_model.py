@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from acpo_trl import offline_model
+from acpo_trl.utils import offline_model
 from acpo_trl.evaluation.config import EvalConfig
 from acpo_trl.evaluation.generation import SamplingSettings, TransformersBackend
 from acpo_trl.evaluation.runner import evaluate

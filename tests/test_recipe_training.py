@@ -54,7 +54,7 @@ ARCHITECTURES = {
     "Qwen/Qwen2.5-7B": "Qwen2ForCausalLM",
     "Qwen/Qwen2.5-3B": "Qwen2ForCausalLM",
     "Qwen/Qwen2.5-0.5B-Instruct": "Qwen2ForCausalLM",
-    "offline:smollm2": "LlamaForCausalLM",  # SmolLM2-135M-Instruct (acpo_trl/offline_model.py)
+    "offline:smollm2": "LlamaForCausalLM",  # SmolLM2-135M-Instruct (acpo_trl/utils/offline_model.py)
 }
 
 # What the CPU forces, identical for every recipe.
@@ -84,8 +84,8 @@ def recipe_id(path: Path) -> str:
 
 @pytest.fixture(scope="module")
 def tiny_models(tmp_path_factory):
-    """One tiny model per architecture (``acpo_trl.toy``), saved with the byte-level chat tokenizer."""
-    from acpo_trl.toy import TINY_ARCHITECTURES, build_tokenizer
+    """One tiny model per architecture (``acpo_trl.utils.tiny_models``), saved with the byte-level chat tokenizer."""
+    from acpo_trl.utils.tiny_models import TINY_ARCHITECTURES, build_tokenizer
 
     out = {}
     for architecture, build in TINY_ARCHITECTURES.items():

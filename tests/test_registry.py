@@ -38,7 +38,8 @@ def throwaway_method():
 @pytest.mark.slow
 def test_a_method_registered_from_a_test_file_trains_through_the_trainer(tmp_path, tiny_dir, throwaway_method):
     from acpo_trl import ACPOConfig, ACPOTrainer
-    from acpo_trl.toy import build_tokenizer, toy_dataset, toy_reward
+    from acpo_trl.utils.tiny_models import build_tokenizer
+    from acpo_trl.tasks.toy import toy_dataset, toy_reward
 
     with pytest.raises(ValueError, match=f"ACPOConfig.epsilon=0.9: {THROWAWAY} needs epsilon <= 0.5"):
         ACPOConfig(**trainer_kwargs(tmp_path, policy_loss=THROWAWAY, epsilon=0.9))

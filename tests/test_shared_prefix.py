@@ -10,8 +10,8 @@ import torch
 from conftest import trainer_kwargs
 from test_trl_equivalence import assert_same_loss_and_grads
 
-from acpo_trl import shared_prefix
-from acpo_trl.shared_prefix import generate_with_shared_prefix, shared_prefix_length
+from acpo_trl.training import shared_prefix
+from acpo_trl.training.shared_prefix import generate_with_shared_prefix, shared_prefix_length
 
 
 def test_shared_prefix_length_counts_common_columns_and_leaves_the_predicting_token():
@@ -41,7 +41,8 @@ def trainer_pair(tmp_path_factory, tiny_dir):
     from trl import GRPOConfig, GRPOTrainer
 
     from acpo_trl import ACPOConfig, ACPOTrainer
-    from acpo_trl.toy import build_tokenizer, toy_dataset, toy_reward
+    from acpo_trl.utils.tiny_models import build_tokenizer
+    from acpo_trl.tasks.toy import toy_dataset, toy_reward
 
     common = trainer_kwargs(tmp_path_factory.mktemp("shared"), gradient_accumulation_steps=2,
                             steps_per_generation=4, max_completion_length=7, gradient_checkpointing=False,
@@ -65,7 +66,7 @@ def prefix_calls(monkeypatch):
         calls.append(args[1].shape)
         return original(*args, **kwargs)
 
-    monkeypatch.setattr("acpo_trl.shared_prefix.prefix_cache", counting)
+    monkeypatch.setattr("acpo_trl.training.shared_prefix.prefix_cache", counting)
     return calls
 
 
@@ -95,7 +96,7 @@ def test_logps_entropies_and_gradients_equal_trls_forward(trainer_pair, prefix_c
 def test_each_distinct_prompt_runs_once(trainer_pair, monkeypatch):
     """Rows from 3 distinct prompts (2 completions each): the prompts' remainders run at batch 3, and each row only
     its last prompt token and completion; the numbers still equal TRL's."""
-    from acpo_trl import shared_prefix
+    from acpo_trl.training import shared_prefix
 
     trl, ours = trainer_pair
     prompt_ids, prompt_mask, completion_ids, completion_mask = shared_prefix_inputs(trl.model.config.vocab_size)
@@ -154,7 +155,8 @@ def test_training_run_with_shared_prefix_equals_trls_forward(tmp_path, tiny_dir,
     from peft import LoraConfig
 
     from acpo_trl import ACPOConfig, ACPOTrainer
-    from acpo_trl.toy import build_tokenizer, toy_dataset, toy_reward
+    from acpo_trl.utils.tiny_models import build_tokenizer
+    from acpo_trl.tasks.toy import toy_dataset, toy_reward
 
     losses = []
     for shared in (False, True):

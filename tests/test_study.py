@@ -626,7 +626,7 @@ def test_a_machine_that_is_another_testbed_runs_only_blocks_without_the_others_r
     """Resuming where the check's rerun does not reproduce: the finished runs' blocks (level, seed) are left, the
     untouched ones run; a block this machine began (its own warm-up) stays open. Nothing runnable, or the same
     warm-up giving another run (the kernels differ after the warm-up), is refused in one line."""
-    from acpo_trl.cli_errors import UserError
+    from acpo_trl.utils.cli_errors import UserError
     from acpo_trl.study import cli
     from acpo_trl.study.grids import drift_grid
     from acpo_trl.study.runner import TestbedCheck, block, open_blocks

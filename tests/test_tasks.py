@@ -22,7 +22,7 @@ def _echo_task(args, seed):
     from datasets import Dataset
 
     from acpo_trl.tasks import Task
-    from acpo_trl.toy import toy_reward
+    from acpo_trl.tasks.toy import toy_reward
 
     def rows(n):
         return Dataset.from_dict({"prompt": [f"Write the letter {args.echo_letter}:"] * n,

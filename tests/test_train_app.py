@@ -89,7 +89,7 @@ def _eps_entries(upr, rollouts, eps, reward_every_rollout=True):
 def test_clip_ranges_by_update_index_within_the_rollout():
     """k = (step - 1) % U from the caller's U, else from the diagnostics' k or the rollout starts (reward steps);
     eps_b is grouped by k over rollouts, not by step."""
-    from acpo_trl.plots import eps_by_update, mean_eps_by_update, update_indices
+    from acpo_trl.diagnostics.plots import eps_by_update, mean_eps_by_update, update_indices
 
     entries = _eps_entries(4, 3, lambda r, k, b: 0.2 + 0.1 * k * (b + 1) + 0.01 * r)
     assert update_indices(entries, 4.0) == [0, 1, 2, 3] * 3 + [3]
@@ -111,7 +111,7 @@ def test_clip_ranges_by_update_index_within_the_rollout():
 def test_training_curves_draw_the_eps_one_line_and_say_on_policy(tmp_path, monkeypatch):
     """The clip-range panel: one line per bin over k, the dashed line eps = 1 in view once eps comes near it, the
     bins whose mean passes 1 named in the title; on-policy (U = 1) said in the title with no curve."""
-    import acpo_trl.plots as plots
+    import acpo_trl.diagnostics.plots as plots
 
     panels = {}
     original = plots.save_figure
@@ -145,7 +145,7 @@ def test_training_curves_draw_the_eps_one_line_and_say_on_policy(tmp_path, monke
 def test_the_subtitle_says_per_bin_from_which_k_its_mean_eps_passes_1():
     """Each bin on its own: one that passes 1 and stays, one that falls back below 1, one that passes only at the
     last update, one that never does (the demo's subtitle gave every bin the earliest k of any)."""
-    from acpo_trl.plots import eps_by_update, mean_eps_by_update, void_clip_verdict
+    from acpo_trl.diagnostics.plots import eps_by_update, mean_eps_by_update, void_clip_verdict
 
     per_bin = {0: [0.2, 1.2, 1.5, 2.0], 1: [0.2, 1.1, 1.05, 0.9], 2: [0.2, 0.5, 0.6, 0.7], 3: [0.2, 0.5, 0.9, 1.3],
                4: [0.2, 1.3, 0.9, 1.4]}
@@ -160,7 +160,7 @@ def test_the_subtitle_says_per_bin_from_which_k_its_mean_eps_passes_1():
 def test_plots_draw_no_legend_without_labelled_artists(tmp_path, recwarn):
     """A panel with nothing labelled gets no legend (matplotlib warned "No artists with labels found")."""
     from acpo_trl.diagnostics.plots import plot_bins_vs_k, plot_gradient_diagnostics
-    from acpo_trl.plots import plot_training_curves
+    from acpo_trl.diagnostics.plots import plot_training_curves
 
     pos_only = [{"step": s, "grad/angle_deg": 10.0, "grad/norm_ratio": 1.0, "grad/share/bin0/pos": 0.5}
                 for s in (1, 2)]
@@ -196,7 +196,7 @@ def test_lora_through_model_config(tmp_path, tiny_dir):
     trainer = train(recipe(tmp_path, tiny_dir, use_peft=True, lora_r=4, lora_alpha=8, learning_rate=0.05))
     model = trainer.model
     assert isinstance(model, PeftModel)
-    from acpo_trl.toy import build_tiny_model
+    from acpo_trl.utils.tiny_models import build_tiny_model
 
     reference, _ = build_tiny_model(seed=0)
     base = dict(reference.named_parameters())
@@ -242,7 +242,7 @@ def test_resume_from_checkpoint_continues_exactly(tmp_path, tiny_dir):
 
 def test_model_card_states_acpo_settings(tmp_path, tiny_dir):
     from acpo_trl import ACPOConfig, ACPOTrainer
-    from acpo_trl.toy import toy_dataset, toy_reward
+    from acpo_trl.tasks.toy import toy_dataset, toy_reward
 
     args = ACPOConfig(**trainer_kwargs(tmp_path, steps_per_generation=16, acpo_alpha=1.0))
     trainer = ACPOTrainer(tiny_dir, toy_reward, args=args, train_dataset=toy_dataset(8))
@@ -259,8 +259,8 @@ def test_push_without_network_fails_fast_and_clearly(tmp_path, tiny_dir, monkeyp
     from huggingface_hub import constants
 
     from acpo_trl import ACPOConfig, ACPOTrainer
-    from acpo_trl.hub import HubUnreachableError
-    from acpo_trl.toy import toy_dataset, toy_reward
+    from acpo_trl.utils.hub import HubUnreachableError
+    from acpo_trl.tasks.toy import toy_dataset, toy_reward
 
     args = ACPOConfig(**trainer_kwargs(tmp_path, hub_model_id="someone/tiny-acpo"))
     trainer = ACPOTrainer(tiny_dir, toy_reward, args=args, train_dataset=toy_dataset(8))
@@ -363,7 +363,7 @@ def test_before_training_evaluation_is_shared_through_a_file(tmp_path):
 def test_acpo_train_on_cpu_caps_the_mmap_threshold_unless_told_not_to(tmp_path, tiny_dir, monkeypatch, low_memory,
                                                                        expected):
     import acpo_trl.train as train_module
-    from acpo_trl.host_memory import cap_mmap_threshold
+    from acpo_trl.training.host_memory import cap_mmap_threshold
 
     calls = []
     monkeypatch.setattr(train_module, "cap_mmap_threshold", lambda: calls.append(1))

@@ -73,7 +73,7 @@ def test_trainer_rejects_a_plain_grpo_config(tmp_path, tiny_model):
     from trl import GRPOConfig
 
     from acpo_trl import ACPOTrainer
-    from acpo_trl.toy import toy_dataset, toy_reward
+    from acpo_trl.tasks.toy import toy_dataset, toy_reward
 
     model, tokenizer = tiny_model
     with pytest.raises(TypeError, match="ACPOConfig"):
@@ -84,7 +84,7 @@ def test_trainer_rejects_a_plain_grpo_config(tmp_path, tiny_model):
 @pytest.mark.slow
 def test_off_policy_acpo_training_run(tmp_path, tiny_model):
     from acpo_trl import ACPOConfig, ACPOTrainer
-    from acpo_trl.toy import toy_dataset, toy_reward
+    from acpo_trl.tasks.toy import toy_dataset, toy_reward
 
     model, tokenizer = tiny_model
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
@@ -112,7 +112,7 @@ def test_a_void_lower_clip_is_said_once_per_run(tmp_path, tiny_model, caplog):
     """When ACPO's eps passes 1 in a bin (1 - eps < 0: the lower clip bounds nothing), one log line names the
     bins and the update of the rollout and points to the drift map; a clamp below 1 never says it."""
     from acpo_trl import ACPOConfig, ACPOTrainer
-    from acpo_trl.toy import toy_dataset, toy_reward
+    from acpo_trl.tasks.toy import toy_dataset, toy_reward
 
     model, tokenizer = tiny_model
     for clip_max, expected in ((3.0, 1), (0.9, 0)):
@@ -140,8 +140,8 @@ def test_freed_host_memory_is_returned_between_phases(tmp_path, tiny_model, monk
     """release_freed_memory returns what freed tensors left in glibc's heap (the resident size falls), and
     ACPOTrainer on CPU calls it after each rollout, forward pass and micro-step."""
     from acpo_trl import ACPOConfig, ACPOTrainer
-    from acpo_trl.host_memory import release_freed_memory
-    from acpo_trl.toy import toy_dataset, toy_reward
+    from acpo_trl.training.host_memory import release_freed_memory
+    from acpo_trl.tasks.toy import toy_dataset, toy_reward
 
     def resident_mb():
         with open("/proc/self/status") as status:

@@ -68,7 +68,8 @@ def trainers(tmp_path_factory, tiny_dir):
     from trl import GRPOConfig, GRPOTrainer
 
     from acpo_trl import ACPOConfig, ACPOTrainer
-    from acpo_trl.toy import build_tokenizer, toy_dataset, toy_reward
+    from acpo_trl.utils.tiny_models import build_tokenizer
+    from acpo_trl.tasks.toy import toy_dataset, toy_reward
 
     cache = {}
     model_dir = tiny_dir  # TRL builds the reference model (beta > 0) from the model's path

@@ -25,7 +25,7 @@ pytestmark = pytest.mark.skipif(
 )
 def test_use_vllm_without_a_gpu_is_refused_at_construction_in_one_line(tmp_path, vllm_settings):
     from acpo_trl import ACPOConfig, ACPOTrainer
-    from acpo_trl.toy import toy_dataset, toy_reward
+    from acpo_trl.tasks.toy import toy_dataset, toy_reward
 
     args = ACPOConfig(**trainer_kwargs(tmp_path, use_vllm=True, **vllm_settings))
     # a model path that does not exist: the refusal must come before TRL loads anything

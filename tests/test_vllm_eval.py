@@ -19,8 +19,8 @@ pytest.importorskip(
 
 import torch  # noqa: E402
 
-from acpo_trl.evaluation import EvalConfig, evaluate  # noqa: E402
-from acpo_trl.evaluation.benchmarks import Benchmark  # noqa: E402
+from acpo_trl.evaluation import EvalConfig, evaluate  # noqa: E402  # noqa: E402
+from acpo_trl.evaluation.benchmarks import Benchmark  # noqa: E402  # noqa: E402
 from acpo_trl.evaluation.generation import (  # noqa: E402
     VLLM_CPU_KV_CACHE_GIB,
     SamplingSettings,
@@ -28,7 +28,7 @@ from acpo_trl.evaluation.generation import (  # noqa: E402
     load_model_and_tokenizer,
     vllm_cpu_defaults,
 )
-from acpo_trl.evaluation.runner import build_backend, compute_metrics, group_problems, sample_benchmark  # noqa: E402
+from acpo_trl.evaluation.runner import build_backend, compute_metrics, group_problems, sample_benchmark  # noqa: E402  # noqa: E402
 
 MAX_TOKENS = 16
 # Varied prompts, so that the greedy completions (and the arbitrary reward below) differ between problems.

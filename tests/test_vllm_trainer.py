@@ -1,6 +1,6 @@
 """ACPOTrainer with use_vllm=True (colocate) executed for real with vLLM's CPU build (issue 15.4).
 
-On CPU the package refuses use_vllm (``acpo_trl.vllm_check``): TRL's weight sync needs a GPU build of vLLM. To run
+On CPU the package refuses use_vllm (``acpo_trl.utils.vllm_check``): TRL's weight sync needs a GPU build of vLLM. To run
 the trainer's own vLLM code path here anyway, the fixture lifts that refusal and substitutes, in the test only:
 - the weight sync: vLLM's CPU build re-packs its linear weights and drops the ``weight_loader`` TRL's sync calls,
   so the weights are reloaded through the model runner (``reload_weights``, which re-packs them), the tied
@@ -75,7 +75,7 @@ def _recording(trainer, name, record):
 def test_colocated_vllm_training_matches_transformers_generation_on_the_same_completions(tiny_vllm_dir, tmp_path,
                                                                                            vllm_on_cpu):
     from acpo_trl import ACPOConfig, ACPOTrainer
-    from acpo_trl.toy import toy_dataset, toy_reward
+    from acpo_trl.tasks.toy import toy_dataset, toy_reward
 
     # 3 optimizer steps, 2 per rollout (num_iterations: the whole rollout each time, so that TRL's shuffle of a
     # rollout into micro-batches, which draws from an RNG that vLLM reseeds, does not matter): the second rollout is

@@ -113,7 +113,7 @@ def plot_histograms(records: Sequence[dict], out_dir: str | Path, bins: int = 60
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..plots import legend
+    from ..diagnostics.plots import legend
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

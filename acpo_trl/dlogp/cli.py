@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..cli_errors import ArgumentParser, UserError, cli_main, user_input
-from ..number_checks import AT_LEAST_ONE, argument
+from ..utils.cli_errors import ArgumentParser, UserError, cli_main, user_input
+from ..utils.number_checks import AT_LEAST_ONE, argument
 from .decoding import DecodeConfig
 from .runs import METHODS, RunSettings
 from .selection import CRITERIA
@@ -74,7 +74,7 @@ def _settings(args, **selection) -> RunSettings:
 
 def _load_pair(args):
     """(base, rl, tokenizer) after checking that both checkpoints exist."""
-    from ..hub import check_model_source
+    from ..utils.hub import check_model_source
     from .runs import OFFLINE, load_pair
 
     for flag, name in (("--base", args.base), ("--rl", args.rl)):

@@ -21,13 +21,13 @@ from typing import Callable, Sequence
 
 import torch
 
-from ..number_checks import AT_LEAST_ONE, POSITIVE, UNIT_NOT_ZERO, check_numbers
+from ..utils.number_checks import AT_LEAST_ONE, POSITIVE, UNIT_NOT_ZERO, check_numbers
 from .metrics import top_k_padded
 from .sampling import sample_candidates, sample_tokens
 from .selection import CRITERIA, select
 
 DRIVERS = ("base", "rl")
-# Checked at construction (acpo_trl/number_checks.py); tau and gamma, any sign, are checked finite.
+# Checked at construction (acpo_trl/utils/number_checks.py); tau and gamma, any sign, are checked finite.
 DECODE_RANGES = {"top_k": AT_LEAST_ONE, "temperature": POSITIVE, "top_p": UNIT_NOT_ZERO, "max_new_tokens": AT_LEAST_ONE}
 
 

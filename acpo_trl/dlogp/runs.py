@@ -64,7 +64,7 @@ def load_pair(base: str, rl: str, dtype: str = "auto", device: str | None = None
     The tokenizer is the base checkpoint's; the two vocabularies must agree.
     """
     from ..evaluation.generation import load_model_and_tokenizer
-    from ..offline_model import offline_model_path
+    from ..utils.offline_model import offline_model_path
 
     paths = [offline_model_path() if p == OFFLINE else p for p in (base, rl)]
     base_model, tokenizer = load_model_and_tokenizer(paths[0], dtype=dtype, device=device)

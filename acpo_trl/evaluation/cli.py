@@ -10,7 +10,7 @@ Flags are ``EvalConfig``'s fields; ``--config run.yaml`` reads them from a YAML 
 
 from __future__ import annotations
 
-from ..cli_errors import cli_main, parse_config, user_input
+from ..utils.cli_errors import cli_main, parse_config, user_input
 
 
 def make_parser():
@@ -23,7 +23,7 @@ def make_parser():
 
 @cli_main("acpo-eval")
 def main(argv: list[str] | None = None) -> None:
-    from ..hub import check_model_source
+    from ..utils.hub import check_model_source
     from .runner import RESULTS_JSON, RESULTS_MD, evaluate, load_benchmarks
 
     (config,) = parse_config(make_parser(), argv)

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..number_checks import AT_LEAST_ONE, UNIT_NOT_ZERO, check_numbers
+from ..utils.number_checks import AT_LEAST_ONE, UNIT_NOT_ZERO, check_numbers
 from .generation import SAMPLING_RANGES, SamplingSettings, check_dtype
 
 BACKENDS = ("auto", "vllm", "transformers")
-# Checked at construction (acpo_trl/number_checks.py), with every float field finite.
+# Checked at construction (acpo_trl/utils/number_checks.py), with every float field finite.
 EVAL_RANGES = {
     **SAMPLING_RANGES, "limit": AT_LEAST_ONE, "k": AT_LEAST_ONE, "batch_size": AT_LEAST_ONE,
     "tensor_parallel_size": AT_LEAST_ONE, "gpu_memory_utilization": UNIT_NOT_ZERO, "max_model_len": AT_LEAST_ONE,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..number_checks import AT_LEAST_ONE, NON_NEGATIVE, UNIT_NOT_ZERO, check_numbers
+from ..utils.number_checks import AT_LEAST_ONE, NON_NEGATIVE, UNIT_NOT_ZERO, check_numbers
 
 SAMPLING_RANGES = {"temperature": NON_NEGATIVE, "top_p": UNIT_NOT_ZERO, "max_tokens": AT_LEAST_ONE}
 
@@ -119,7 +119,7 @@ class TransformersBackend:
         runs once per prompt and repeats its completion)."""
         import torch
 
-        from ..shared_prefix import generate_with_shared_prefix
+        from ..training.shared_prefix import generate_with_shared_prefix
 
         model = self.model
         greedy = self.settings.temperature == 0

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
-from ..cli_errors import MissingPackageError
+from ..utils.cli_errors import MissingPackageError
 from .benchmarks import Benchmark, load_benchmark
 from .config import EvalConfig
 from .generation import derive_seed, render_prompt, tokenize_prompt

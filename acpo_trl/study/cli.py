@@ -48,8 +48,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from ..cli_errors import ArgumentParser, UserError, cli_main, user_input
-from ..number_checks import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, argument
+from ..utils.cli_errors import ArgumentParser, UserError, cli_main, user_input
+from ..utils.number_checks import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, argument
 from .recipe import DEFAULT_LAUNCHER, RecipeRunSpec, recipe_grid
 from .grids import (ALPHAS, DRIFT_LEVELS, DRIFT_VARIANTS, PAPER_METHODS, REAL_MODEL_LEVELS, REAL_MODEL_RECIPE,
                     REAL_MODEL_VARIANTS, SECOND_TASK_RECIPE, UPRS, ablation_grid, ablation_hypotheses, build_grid,
@@ -126,7 +126,7 @@ def _estimate(specs: list, jobs: int) -> float:
 def report(out_dir: Path, plots: str = "some", beside: Path | None = None) -> str:
     """Write ``table.md`` and the PNGs under ``out_dir/plots``; returns the table."""
     from ..diagnostics.plots import plot_bins_vs_k, plot_gradient_diagnostics
-    from ..plots import read_metrics
+    from ..diagnostics.plots import read_metrics
     from .table import write_table
 
     results = load_results(out_dir)
@@ -210,7 +210,7 @@ def _learning_curves(results: list[dict], plot_dir: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..plots import legend
+    from ..diagnostics.plots import legend
 
     for task in sorted({group_of(r) for r in results}):
         runs = [r for r in results if group_of(r) == task]

@@ -65,10 +65,10 @@ def measure(lrs: list[float], out_dir: str | Path, *, recipe: str | None = None,
             seed: int = 0, log=print) -> dict:
     """Run the measurement for every learning rate (skipping the ones already in ``drift.json``) and write the
     outputs. Returns the JSON content: ``{"settings", "runs": {lr: {"bins": {metric: {"k,b": mean}}, ...}}}``."""
-    from ..callbacks import MetricsJSONLCallback
-    from ..cli_errors import parse_config
+    from ..training.callbacks import MetricsJSONLCallback
+    from ..utils.cli_errors import parse_config
     from ..diagnostics.plots import bin_table
-    from ..plots import read_metrics
+    from ..diagnostics.plots import read_metrics
     from ..train import make_parser, run
 
     out_dir = Path(out_dir)
@@ -148,7 +148,7 @@ def plot(data: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ..plots import legend, save_figure
+    from ..diagnostics.plots import legend, save_figure
 
     upr = data["settings"]["updates_per_rollout"]
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
@@ -302,7 +302,7 @@ def _plot_drift_map(curves: dict, reference: dict | None, out_png: Path, task: s
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
 
-    from ..plots import legend, save_figure
+    from ..diagnostics.plots import legend, save_figure
 
     fig, (ax_drop, ax_acc) = plt.subplots(1, 2, figsize=(13, 4.8))
     markers = "osD^vP*Xh"

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from ..drift_guard import KL_THRESHOLD, MIN_TOKENS
+from ..training.drift_guard import KL_THRESHOLD, MIN_TOKENS
 from .cell import DEFAULT_LR, variant_label
 from .recipe import RecipeRunSpec
 from .results import clip_free
@@ -272,7 +272,7 @@ def second_task_grid(variants=None, uprs=(2, 16), seeds=range(8),
 # and DAPO at 16 updates per rollout, paired by seed with the committed unguarded cells. A skipped update still
 # counts as a step, so a guarded cell samples its unguarded pair's rollouts (prompts and number of completions).
 # The first guarded runs (committed, 2026-12-03) decided on the bin-0 ratio std at 0.3 whatever its token count;
-# these decide by the token rule (acpo_trl/drift_guard.py), fixed before their runs: ratio_std at 0.3 on at least
+# these decide by the token rule (acpo_trl/training/drift_guard.py), fixed before their runs: ratio_std at 0.3 on at least
 # 16 bin-0 tokens, else k3 over all tokens at KL_THRESHOLD; and the "kl" arm, k3 at KL_THRESHOLD on 16 tokens.
 MIN_TOKENS_OPTION = (("drift_guard_min_tokens", MIN_TOKENS),)
 GUARD_OPTIONS = (("drift_guard", "ratio_std"), ("drift_guard_threshold", 0.3), *MIN_TOKENS_OPTION)

@@ -141,7 +141,7 @@ class RecipeRunSpec(GridCell):
     def check(self) -> None:
         """Parse this cell's ``acpo-train`` arguments as ``acpo-train`` does: a mistake in the recipe (a NaN, a
         negative learning rate, an unknown field) fails once, in one line, before the grid starts."""
-        from ..cli_errors import parse_config
+        from ..utils.cli_errors import parse_config
         from ..train import make_parser
 
         parse_config(make_parser(), self.command(Path("check"))[len(self.launcher):])

@@ -17,7 +17,7 @@ import random
 from collections import Counter, defaultdict
 from pathlib import Path
 
-from ..drift_guard import FALLBACK, OWN, UNDECIDED
+from ..training.drift_guard import FALLBACK, OWN, UNDECIDED
 from .drift import k3_at_ratio_std
 from .results import group_of
 

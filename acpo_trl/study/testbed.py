@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..tasks.testbed import TESTBED_TASKS
-from ..toy import SPECIAL_TOKENS, chat_tokenizer, tiny_qwen2
+from ..utils.tiny_models import SPECIAL_TOKENS, chat_tokenizer, tiny_qwen2
 from .cell import DEFAULT_LR, GridCell
 from .results import code_version, write_result
 
@@ -353,7 +353,7 @@ class RunSpec(GridCell):
         import torch
         from transformers import PrinterCallback, TrainerCallback
 
-        from ..callbacks import MetricsJSONLCallback
+        from ..training.callbacks import MetricsJSONLCallback
         from ..config import ACPOConfig
         from ..trainer import ACPOTrainer
 

@@ -15,7 +15,7 @@ and trains and evaluates it through the command lines).
 
 from .registry import (BenchmarkSource, Task, TaskSpec, benchmark_loader, benchmark_names, build_task, get_task,
                        options_classes, register_task, registered)
-from . import arithmetic, countdown, hitab, math, testbed, toy  # noqa: E402,F401  (registration order: help texts)
+from . import arithmetic, countdown, hitab, math, testbed, toy  # noqa: E402,F401  (registration order: help texts)  # noqa: E402,F401  (registration order: help texts)
 
 __all__ = ["BenchmarkSource", "Task", "TaskSpec", "benchmark_loader", "benchmark_names", "build_task", "get_task",
            "options_classes", "register_task", "registered"]

@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
-from ..number_checks import NON_NEGATIVE, Range, check_numbers
+from ..utils.number_checks import NON_NEGATIVE, Range, check_numbers
 from .registry import Task, TaskSpec, register_task
 
 logger = logging.getLogger(__name__)

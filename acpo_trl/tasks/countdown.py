@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..number_checks import NON_NEGATIVE, Range, check_numbers
+from ..utils.number_checks import NON_NEGATIVE, Range, check_numbers
 from .registry import BenchmarkSource, Task, TaskSpec, register_task
 
 RANGES = {"countdown_min_numbers": Range(2), "countdown_max_numbers": Range(2),  # checked at construction

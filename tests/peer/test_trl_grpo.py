@@ -12,7 +12,7 @@ from .upstream import ABSENT, TESTS_DIR
 if not TESTS_DIR.is_dir():
     pytest.skip(ABSENT, allow_module_level=True)
 
-from .upstream import upstream_test_module  # noqa: E402
+from .upstream import upstream_test_module  # noqa: E402  # noqa: E402
 
 # pytest collects the test classes found in this module's namespace.
 for _name, _obj in vars(upstream_test_module()).items():

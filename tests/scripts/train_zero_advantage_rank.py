@@ -17,7 +17,8 @@ from pathlib import Path
 def main() -> None:
     out_dir, model_dir = Path(sys.argv[1]), sys.argv[2]
     from acpo_trl import ACPOConfig, ACPOTrainer
-    from acpo_trl.toy import build_tokenizer, toy_dataset, toy_reward
+    from acpo_trl.utils.tiny_models import build_tokenizer
+    from acpo_trl.tasks.toy import toy_dataset, toy_reward
 
     # Built first: with use_cpu it sets up the 2-process gloo state (a PartialState made before it would not).
     args = ACPOConfig(

@@ -31,8 +31,8 @@ from typing import Callable
 
 import torch
 
-from .losses.acpo import probability_bins
-from .losses.common import LOG_RATIO_CLAMP
+from ..losses.acpo import probability_bins
+from ..losses.common import LOG_RATIO_CLAMP
 
 # The fewest tokens a decision rests on (the module docstring says why 16).
 MIN_TOKENS = 16
@@ -191,13 +191,6 @@ class DriftGuard:
                 "drift_guard/updates_in_rollout": state.updates_in_rollout,
                 "drift_guard/rollouts_cut": state.rollouts_cut, "drift_guard/updates_applied": state.updates_applied}
 
-    def rule(self) -> str:
-        """The decision rule in words, for a report or model card."""
-        if self.measure == "kl":
-            return f"kl > {self.threshold:g} on >= {self.min_tokens} tokens"
-        return (f"ratio_std > {self.threshold:g} on >= {self.min_tokens} bin-0 tokens, else kl > "
-                f"{self.fallback_threshold:g}")
-
     def to_dict(self) -> dict:
         """The state, for a checkpoint."""
         return asdict(self.state)
@@ -206,15 +199,6 @@ class DriftGuard:
         """Restore :meth:`to_dict`'s state (a checkpoint of an earlier version lacks the newer fields)."""
         self.state = DriftGuardState(**{**asdict(DriftGuardState()), **state})
         self.state.decisions = tuple(self.state.decisions)
-
-
-def guard_summary(args, updates_applied: int, rollouts_cut: int, steps: int) -> str:
-    """One line on the guard for a report or model card: its rule and how often it acted in ``steps`` steps."""
-    if args.drift_guard is None:
-        return "off"
-    rollouts = math.ceil(steps / args.updates_per_rollout) if steps else 0
-    return (f"{args.drift_guard} > {args.drift_guard_threshold:g}: cut {rollouts_cut} of {rollouts} rollouts short, "
-            f"{updates_applied} of {steps} updates applied")
 
 
 class UpdateSkipped(Exception):
