@@ -24,7 +24,7 @@ def test_every_console_script_help_renders_clean(capsys):
     internals into acpo-train's help)."""
     import importlib
 
-    assert set(SCRIPTS) == {"acpo-train", "acpo-eval", "acpo-dlogp", "acpo-study", "acpo-demo"}
+    assert set(SCRIPTS) == {"acpo-train", "acpo-warmup", "acpo-eval", "acpo-dlogp", "acpo-study", "acpo-demo"}
 
     def render(main, argv) -> str:
         with pytest.raises(SystemExit) as exit_info:
@@ -89,6 +89,9 @@ def test_a_new_users_mistakes_get_one_line_within_seconds_and_lose_nothing(tmp_p
         (["acpo-study", "drift", "--lrs", "fast", "--out", str(out)], "argument --lrs: 'fast' is not a number"),
         (study + ["--frobnicate"], "unrecognized arguments: --frobnicate"),
         (study + ["--recipe", missing], f"--recipe {missing}: no such file"),
+        (["acpo-warmup", "--recipe", missing], f"--config {missing!r}: no such file"),
+        (["acpo-warmup", "--recipe", "configs/demo.yaml", "--learning_rate", "nan"],
+         "WarmupArguments.learning_rate=nan: must be a finite number > 0"),
         (demo + ["--steps", "nan"], "argument --steps: 'nan' is not an integer"),
         (demo + ["--seed", "-1"], "argument --seed: '-1' is not an integer >= 0"),
         (demo + ["--updates-per-rollout", "four"], "argument --updates-per-rollout: 'four' is not an integer"),

@@ -3,6 +3,7 @@ held-out set, prompt template (``prompt_template``), reward, its own ``acpo-trai
 benchmarks. Importing this package registers the built-in tasks:
 
     addition, multiplication   generated "What is a op b?" problems (arithmetic.py)
+    running_sum                "What is n1 + ... + nm?" answered step by step (running_sum.py)
     countdown                  TinyZero's Countdown (countdown.py)
     math                       ORZ-57K, MATH500 and five more benchmarks (math.py)
     hitab                      HiTab table QA (hitab.py)
@@ -15,7 +16,7 @@ and trains and evaluates it through the command lines).
 
 from .registry import (BenchmarkSource, Task, TaskSpec, benchmark_loader, benchmark_names, build_task, get_task,
                        options_classes, register_task, registered)
-from . import arithmetic, countdown, hitab, math, testbed, toy  # noqa: E402,F401  (registration order: help texts)  # noqa: E402,F401  (registration order: help texts)
+from . import arithmetic, countdown, hitab, math, running_sum, testbed, toy  # noqa: E402,F401  (registration order: help texts)  # noqa: E402,F401  (registration order: help texts)
 
 __all__ = ["BenchmarkSource", "Task", "TaskSpec", "benchmark_loader", "benchmark_names", "build_task", "get_task",
            "options_classes", "register_task", "registered"]

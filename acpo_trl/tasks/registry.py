@@ -58,14 +58,17 @@ BenchmarkLoader = Callable[[BenchmarkSource], tuple[Any, Callable]]
 class TaskSpec:
     """A registered task: its ``name`` (``task:`` in a recipe), ``build(args, seed) -> Task``, the dataclass of its
     own ``acpo-train`` fields (``options``; their names must be unique across tasks, e.g. prefixed with the task's
-    name), its ``acpo-eval`` benchmarks (none: the task's held-out set is one, under the task's name) and a
-    one-line ``summary`` for help texts."""
+    name), its ``acpo-eval`` benchmarks (none: the task's held-out set is one, under the task's name), a
+    one-line ``summary`` for help texts, and, for a task with worked answers, ``worked_solutions(args, num_examples,
+    seed, exclude_seeds)``: prompt-completion rows for a supervised warm-up (``acpo-warmup``) that avoid the held-out
+    problems of run seeds ``0..exclude_seeds - 1``."""
 
     name: str
     build: Callable[[Any, int], Task]
     options: type | None = None
     benchmarks: Mapping[str, BenchmarkLoader] = field(default_factory=dict)
     summary: str = ""
+    worked_solutions: Callable[[Any, int, int, int], Any] | None = None
 
 
 TASKS: dict[str, TaskSpec] = {}
