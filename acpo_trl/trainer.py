@@ -29,7 +29,7 @@ from trl import GRPOTrainer
 from .config import ACPOConfig
 from .diagnostics.hook import update_index
 from .training.drift_guard import DriftGuard, UpdateSkipped
-from .training.report import acpo_card_section
+from .training.report import acpo_card_section, lower_clip_void_message
 from .training.host_memory import release_freed_memory
 from .utils.hub import HubUnreachableError, check_hub_reachable
 from .losses import AggregatedLoss, PolicyLossInputs, aggregate_loss, reduce_metrics
@@ -399,17 +399,8 @@ class ACPOTrainer(GRPOTrainer):
         updates = self.args.steps_per_generation * self.num_iterations // self.args.gradient_accumulation_steps
         k = update_index(self._step, self.args.steps_per_generation, self.num_iterations,
                          self.args.gradient_accumulation_steps)
-        eps = ", ".join(f"{values[f'acpo/bin{b}/eps']:.2f}" for b in bins)
-        c = self.args.dual_clip_c
-        bound = f"only the dual-clip (c = {c:g}) bounds" if c is not None else "nothing (dual_clip_c is None) bounds"
-        logger.warning(
-            "ACPO's lower clip is void: eps > 1 in probability bin(s) %s (eps %s) at update %d of %d of a rollout "
-            "(optimizer step %d), so 1 - eps < 0 and %s negative-advantage tokens there. "
-            "Where the ratio drifts this far, ACPO at alpha 3 degraded most on the testbed (docs/RESULTS.md, \"The "
-            "drift map\"): fewer updates per rollout, a lower learning rate, acpo_clip_max < 1 (the authors' 0.5), "
-            "or the drift guard (drift_guard: ratio_std, drift_guard_threshold: 0.3: no more updates on a rollout "
-            "past that drift) keep it. Said once per run.",
-            ", ".join(map(str, bins)), eps, k + 1, updates, self.state.global_step + 1, bound)
+        logger.warning(lower_clip_void_message(bins, [values[f"acpo/bin{b}/eps"] for b in bins], k + 1, updates,
+                                               self.state.global_step + 1, self.args.dual_clip_c))
 
 
 class _Forward(NamedTuple):

@@ -1,5 +1,5 @@
 """The text a run leaves about itself: ``report.md`` (``acpo-train --report``), the model card's section on ACPO's
-settings, and the drift guard's line in both."""
+settings, the drift guard's line in both, and the one log line a run says when ACPO's lower clip goes void."""
 
 from __future__ import annotations
 
@@ -103,3 +103,18 @@ def acpo_card_section(args: ACPOConfig, task: str | None, guard: DriftGuard | No
         f"| task | {task or 'unspecified'} |",
     ]
     return "\n".join(lines) + "\n"
+
+
+def lower_clip_void_message(bins: list[int], eps: list[float], update: int, updates: int, step: int,
+                            dual_clip_c: float | None) -> str:
+    """The once-per-run line for the first update at which ACPO's eps passes 1 in ``bins`` (its lower clip 1 - eps
+    is then below 0 and bounds nothing): which bins, at which update of a rollout, and what keeps the clip."""
+    bound = (f"only the dual-clip (c = {dual_clip_c:g}) bounds" if dual_clip_c is not None
+             else "nothing (dual_clip_c is None) bounds")
+    return (f"ACPO's lower clip is void: eps > 1 in probability bin(s) {', '.join(map(str, bins))} (eps "
+            f"{', '.join(f'{e:.2f}' for e in eps)}) at update {update} of {updates} of a rollout (optimizer step "
+            f"{step}), so 1 - eps < 0 and {bound} negative-advantage tokens there. Where the ratio drifts this far, "
+            "ACPO at alpha 3 degraded most on the testbed (docs/RESULTS.md, \"The drift map\"): fewer updates per "
+            "rollout, a lower learning rate, acpo_clip_max < 1 (the authors' 0.5), or the drift guard (drift_guard: "
+            "ratio_std, drift_guard_threshold: 0.3: no more updates on a rollout past that drift) keep it. Said once "
+            "per run.")
