@@ -239,7 +239,8 @@ def test_demo_rejects_bad_flags(capsys):
 
 def test_every_console_script_is_wrapped():
     scripts = re.findall(r'"(acpo-[a-z]+)=([\w.]+):main"', (ROOT / "setup.py").read_text())
-    assert {name for name, _ in scripts} == {"acpo-train", "acpo-eval", "acpo-dlogp", "acpo-study", "acpo-demo"}
+    assert {name for name, _ in scripts} == {"acpo-train", "acpo-eval", "acpo-dlogp", "acpo-study", "acpo-demo",
+                                            "acpo-warmup"}
     for name, module in scripts:
         assert importlib.import_module(module).main.prog == name  # decorated with cli_main(name)
 

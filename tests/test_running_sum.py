@@ -68,7 +68,7 @@ def test_the_worked_answer_formats():
 
 
 def test_datasets_shape_answers_examples_and_held_out():
-    spec = RunningSum(terms=6, max_term=9, shots=2)
+    spec = RunningSum(terms=6, max_term=9, shots=2, style="pairs")
     train, held_out = spec.datasets(64, 100, seed=0)
     assert (len(train), len(held_out)) == (64, 100) and set(train.column_names) == {"prompt", "answer"}
     for prompt, answer in zip([*train["prompt"], *held_out["prompt"]], [*train["answer"], *held_out["answer"]]):
@@ -99,7 +99,7 @@ def test_datasets_shape_answers_examples_and_held_out():
     base, _ = RunningSum(terms=3, max_term=20, shots=0, template="base").datasets(4, 4, seed=0)
     assert isinstance(base["prompt"][0], str) and problem_numbers(base["prompt"][0]) == problem_numbers(plain["prompt"][0])
     # unique: no number twice in a problem (examples included)
-    unique = RunningSum(terms=6, max_term=9, shots=2, unique=True)
+    unique = RunningSum(terms=6, max_term=9, shots=2, style="pairs", unique=True)
     assert all(len(set(p)) == 6 for p in unique.problems(50, seed=0) + unique.example_problems())
     with pytest.raises(ValueError, match=r"num_eval_tasks=5: only 4 running sums of 2 numbers in 1..2"):
         RunningSum(terms=2, max_term=2, shots=0).datasets(0, 5, seed=0)
@@ -143,7 +143,7 @@ def test_registered_task_and_its_validated_fields():
         (dict(running_sum_terms=1), r"running_sum_terms=1: a running sum needs at least 2 numbers"),
         (dict(running_sum_max_term=0), r"running_sum_max_term=0: .* give at least 1"),
         (dict(running_sum_shots=9), r"running_sum_shots=9: must be in \[0, 8\]"),
-        (dict(prompt_template="base"), r"running_sum_shots=2: .* set prompt_template: chat"),
+        (dict(prompt_template="base", running_sum_shots=2), r"running_sum_shots=2: .* set prompt_template: chat"),
         (dict(running_sum_unique=True, running_sum_max_term=5), r"running_sum_unique=True: 6 different numbers "
                                                                  r"need running_sum_max_term >= 6"),
         (dict(running_sum_style="columns"), r"running_sum_style='columns': use one of \('pairs', 'rewrite', 'varied'\)"),
@@ -177,7 +177,7 @@ def test_warmup_trains_on_worked_answers_that_avoid_the_held_out_problems(tmp_pa
     problems = [problem_numbers(p) for p in data["prompt"]]
     assert len(set(problems)) == 20 and not set(problems) & held_out
     for numbers, completion in zip(problems, data["completion"]):
-        assert completion == [{"role": "assistant", "content": worked_solution(numbers)}]
+        assert completion == [{"role": "assistant", "content": worked_solution(numbers, "varied")}]
     main(["--recipe", str(recipe), "--base_model", tiny_dir, "--num_examples", "20", "--max_steps", "2",
           "--batch_size", "4", "--exclude_seeds", "2"])
     saved = json.loads((tmp_path / "warm" / "warmup.json").read_text())

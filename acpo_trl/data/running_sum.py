@@ -99,8 +99,8 @@ class RunningSum:
 
     terms: int = 6
     max_term: int = 9
-    shots: int = 2
-    style: str = "pairs"
+    shots: int = 0
+    style: str = "varied"
     unique: bool = False
     template: str = "chat"
 

@@ -21,10 +21,10 @@ class RunningSumOptions:
         running_sum_max_term (`int`, defaults to `9`): each number is drawn from 1..this.
         running_sum_unique (`bool`, defaults to `False`): no number twice in a problem (needs `running_sum_max_term`
             >= `running_sum_terms`).
-        running_sum_style (`str`, defaults to `"pairs"`): how the worked answer is written: `"pairs"` ("3 + 4 = 7,
+        running_sum_style (`str`, defaults to `"varied"`): how the worked answer is written: `"pairs"` ("3 + 4 = 7,
             7 + 2 = 9, ..."), `"rewrite"` (the sum restated with its first two numbers added, one line per step) or
             `"varied"` (`pairs` with each step phrased in one of a few equivalent ways).
-        running_sum_shots (`int`, defaults to `2`): solved examples of the same size, in the same style, as earlier
+        running_sum_shots (`int`, defaults to `0`): solved examples of the same size, in the same style, as earlier
             chat turns before each question, in place of the instruction (at most 8; needs `prompt_template: chat`;
             0: the instruction with a short worked example).
     """
@@ -32,8 +32,8 @@ class RunningSumOptions:
     running_sum_terms: int = field(default=6, metadata={"help": "Running sum: numbers per problem (>= 2)."})
     running_sum_max_term: int = field(default=9, metadata={"help": "Running sum: numbers drawn from 1..this."})
     running_sum_unique: bool = field(default=False, metadata={"help": "Running sum: no number twice in a problem."})
-    running_sum_style: str = field(default="pairs", metadata={"help": "Running sum: 'pairs', 'rewrite' or 'varied'."})
-    running_sum_shots: int = field(default=2, metadata={"help": "Running sum (chat): worked solved examples."})
+    running_sum_style: str = field(default="varied", metadata={"help": "Running sum: 'pairs', 'rewrite' or 'varied'."})
+    running_sum_shots: int = field(default=0, metadata={"help": "Running sum (chat): worked solved examples."})
 
     def __post_init__(self):
         check_numbers(self, {})
