@@ -290,6 +290,20 @@ def make_parser():
     return TrlParser((script_arguments(), ACPOConfig, ModelConfig), prog="acpo-train")
 
 
+def read_recipe(path: str) -> tuple:
+    """``(script_args, training_args, model_args)`` of the ``acpo-train`` recipe at ``path``, checked as
+    ``acpo-train`` checks it (a bad value is a ``UserError``). ``use_cpu`` is set so that a GPU recipe's ``bf16`` is
+    not refused on a CPU by a tool that reads only the task and the model (``acpo-warmup``, ``acpo-eval --recipe``),
+    and the config's notes about training (e.g. that a recipe is on-policy) are not logged: no training runs here."""
+    config_log = logging.getLogger("acpo_trl.config")
+    level = config_log.level
+    config_log.setLevel(logging.ERROR)
+    try:
+        return parse_config(make_parser(), ["--config", path, "--use_cpu", "true"])
+    finally:
+        config_log.setLevel(level)
+
+
 def check_inputs(training_args, model_args) -> None:
     """Fail before any work on what the parsed config asks for but cannot have: a LoRA number out of its range, a
     model that is neither a local folder nor a loadable Hub id, vLLM when it is not installed or there is no GPU, a

@@ -186,3 +186,44 @@ def test_warmup_trains_on_worked_answers_that_avoid_the_held_out_problems(tmp_pa
     with pytest.raises(SystemExit):  # a recipe whose model is the base model has no warm-up folder to write
         recipe.write_text(yaml.safe_dump({"model_name_or_path": "offline:smollm2", **task}))
         main(["--recipe", str(recipe)])
+
+
+def test_acpo_eval_with_a_recipe_scores_the_recipes_held_out_set(tmp_path, tiny_dir, capsys):
+    """`acpo-eval --recipe R --benchmarks running_sum`: the problems R's run reports on (its task fields, its counts,
+    its seed), not the default options' ones; a recipe whose task or template the command does not match is refused."""
+    import json
+
+    import yaml
+
+    from acpo_trl.evaluation.cli import main
+    from acpo_trl.evaluation.config import EvalConfig
+    from acpo_trl.evaluation.runner import load_benchmarks
+    from acpo_trl.tasks import build_task
+    from acpo_trl.train import script_arguments
+
+    fields = dict(task="running_sum", prompt_template="chat", running_sum_terms=3, running_sum_max_term=20,
+                  num_train_tasks=16, num_eval_tasks=6)
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump({"model_name_or_path": tiny_dir, "seed": 5, **fields}))
+    expected = build_task(script_arguments()(**fields), seed=5).eval_dataset["prompt"]
+    config = EvalConfig(model_name_or_path=tiny_dir, benchmarks=["running_sum"], template="chat", recipe=str(recipe))
+    assert load_benchmarks(config)[0].dataset["prompt"] == expected
+    default = load_benchmarks(EvalConfig(model_name_or_path=tiny_dir, benchmarks=["running_sum"], template="chat"))
+    assert len(default[0].dataset) == 64 and not set(map(str, expected)) & set(map(str, default[0].dataset["prompt"]))
+
+    out = tmp_path / "eval"
+    main(["--model_name_or_path", tiny_dir, "--benchmarks", "running_sum", "--recipe", str(recipe), "--template", "chat",
+          "--k", "1", "--max_tokens", "4", "--backend", "transformers", "--output_dir", str(out)])
+    results = json.loads((out / "results.json").read_text())
+    assert results["settings"]["recipe"] == str(recipe)
+    assert results["metrics"]["running_sum"]["num_problems"] == 6
+    capsys.readouterr()
+    for argv, message in [
+        (["--benchmarks", "addition", "--template", "chat"], "trains task 'running_sum', which --benchmarks does not "
+                                                            "name: add `--benchmarks running_sum`"),
+        (["--benchmarks", "running_sum"], "EvalConfig.template='base': the recipe's prompts are 'chat'; give "
+                                          "`--template chat`"),
+    ]:
+        with pytest.raises(SystemExit) as exit_info:
+            main(["--model_name_or_path", tiny_dir, "--recipe", str(recipe), "--output_dir", str(out), *argv])
+        assert exit_info.value.code == 2 and message in capsys.readouterr().err

@@ -46,13 +46,16 @@ def load_benchmark(
     data_dir: str | None = None,
     hitab_tables_dir: str | None = None,
     limit: int | None = None,
+    recipe: tuple | None = None,
 ) -> Benchmark:
     """The benchmark named by ``spec`` (``NAME`` or ``NAME=PATH``) with prompts in ``template``, its first
-    ``limit`` problems only when given."""
+    ``limit`` problems only when given; ``recipe``: ``(script_args, seed)`` of an ``acpo-train`` recipe, whose
+    generated task is evaluated on the recipe's own held-out set (``acpo_trl.tasks.BenchmarkSource``)."""
     from ..tasks import BenchmarkSource, benchmark_loader
 
     name, path = parse_benchmark(spec)
-    dataset, reward_func = benchmark_loader(name)(BenchmarkSource(path, data_dir, template, hitab_tables_dir))
+    source = BenchmarkSource(path, data_dir, template, hitab_tables_dir, recipe)
+    dataset, reward_func = benchmark_loader(name)(source)
     if limit is not None and limit < len(dataset):
         dataset = dataset.select(range(limit))
     return Benchmark(name=name, dataset=dataset, reward_func=reward_func)

@@ -37,6 +37,11 @@ class EvalConfig:
             test rows from the Hub; HiTab needs local files).
         hitab_tables_dir (`str` or `None`, *optional*):
             Folder of HiTab `<table_id>.json` tables (default: `tables/raw`, else `tables`, beside the samples file).
+        recipe (`str` or `None`, *optional*):
+            An `acpo-train` recipe (YAML) whose task `benchmarks` names: that task's held-out set is the recipe's own
+            (its task fields, `num_train_tasks`, `num_eval_tasks` and seed), the set its run's report evaluates;
+            `template` must be the recipe's `prompt_template`. Without it, a generated task's benchmark is its
+            held-out set under the default options.
         limit (`int` or `None`, *optional*):
             Evaluate only the first `limit` problems of each benchmark.
         template (`str`, *optional*, defaults to `"base"`):
@@ -92,6 +97,9 @@ class EvalConfig:
     )
     hitab_tables_dir: str | None = field(
         default=None, metadata={"help": "HiTab tables folder (default: tables/raw or tables beside the samples)."}
+    )
+    recipe: str | None = field(
+        default=None, metadata={"help": "An acpo-train recipe: its task's benchmark is the recipe's held-out set."}
     )
     limit: int | None = field(default=None, metadata={"help": "Only the first `limit` problems of each benchmark."})
     template: str = field(default="base", metadata={"help": "Prompt template.", "choices": ["base", "chat"]})

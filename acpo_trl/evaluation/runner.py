@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from ..utils.cli_errors import MissingPackageError
-from .benchmarks import Benchmark, load_benchmark
+from .benchmarks import Benchmark, load_benchmark, parse_benchmark
 from .config import EvalConfig
 from .generation import derive_seed, render_prompt, tokenize_prompt
 from .metrics import macro_average, summarize
@@ -180,6 +180,7 @@ def _run_settings(config: EvalConfig, backend_name: str, batch_size: int) -> dic
         "model_name_or_path": config.model_name_or_path,
         "adapter_path": config.adapter_path,
         "template": config.template,
+        "recipe": config.recipe,
         "k": config.k,
         "seeds": config.seeds,
         "temperature": config.temperature,
@@ -192,9 +193,22 @@ def _run_settings(config: EvalConfig, backend_name: str, batch_size: int) -> dic
 
 
 def load_benchmarks(config: EvalConfig) -> list[Benchmark]:
-    """The benchmarks ``config.benchmarks`` names, in its order; naming one twice is an error."""
+    """The benchmarks ``config.benchmarks`` names, in its order; naming one twice is an error. With
+    ``config.recipe``, the recipe's task is evaluated on the recipe's held-out set."""
+    recipe = None
+    if config.recipe is not None:
+        from ..train import read_recipe
+
+        script_args, training_args, _ = read_recipe(config.recipe)
+        if script_args.task not in [parse_benchmark(spec)[0] for spec in config.benchmarks]:
+            raise ValueError(f"EvalConfig.recipe={config.recipe!r} trains task {script_args.task!r}, which "
+                             f"--benchmarks does not name: add `--benchmarks {script_args.task}`.")
+        if script_args.prompt_template != config.template:
+            raise ValueError(f"EvalConfig.template={config.template!r}: the recipe's prompts are "
+                             f"{script_args.prompt_template!r}; give `--template {script_args.prompt_template}`.")
+        recipe = (script_args, training_args.seed)
     benchmarks = [
-        load_benchmark(spec, config.template, config.data_dir, config.hitab_tables_dir, config.limit)
+        load_benchmark(spec, config.template, config.data_dir, config.hitab_tables_dir, config.limit, recipe)
         for spec in config.benchmarks
     ]
     names = [b.name for b in benchmarks]

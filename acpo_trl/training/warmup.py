@@ -76,10 +76,9 @@ def run(args: WarmupArguments, callbacks=None) -> str:
     from transformers import AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
-    from ..train import make_parser, resolve_model_path
+    from ..train import read_recipe, resolve_model_path
 
-    # Only the task and the model path are read: use_cpu keeps a GPU recipe's bf16 from being refused on a CPU.
-    script_args, _, model_args = parse_config(make_parser(), ["--config", args.recipe, "--use_cpu", "true"])
+    script_args, _, model_args = read_recipe(args.recipe)
     output_dir = model_args.model_name_or_path
     if output_dir == args.base_model or output_dir.startswith("offline:"):
         raise UserError(f"--recipe {args.recipe}: its model_name_or_path is {output_dir!r}, not a warm-up folder",
