@@ -699,3 +699,57 @@ def test_a_result_records_the_code_its_run_started_from(tmp_path):
     result = write_result(RunSpec(), tmp_path, evals, start=0.0, code="0123456789ab")
     assert result["code"] == "0123456789ab"
     assert json.loads((tmp_path / "result.json").read_text())["code"] == "0123456789ab"
+
+
+# A launcher that runs acpo-train and, unless resuming, dies right after optimizer step 3: a session's end.
+DIES_AFTER_STEP_3 = """
+import sys
+import acpo_trl.train as train
+from transformers import TrainerCallback
+
+class Die(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == 3 and "--resume_from_checkpoint" not in sys.argv:
+            raise SystemExit(9)
+
+run = train.run
+train.run = lambda *args, callbacks=None: run(*args, callbacks=[Die()])
+train.main(sys.argv[1:])
+"""
+
+
+def test_a_cut_short_recipe_cell_resumes_from_its_checkpoint_to_the_uninterrupted_result(tmp_path, tiny_dir):
+    """With ``save_every``, a cell whose process died resumes from its last checkpoint: the same rewards, held-out
+    evaluations and logged metrics as a run never cut, its time counted up to the checkpoint, no checkpoint left."""
+    import yaml
+
+    from acpo_trl.study.recipe import RecipeRunSpec
+
+    recipe = tmp_path / "toy_recipe.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "model_name_or_path": tiny_dir, "task": "toy", "num_train_tasks": 64, "num_eval_tasks": 4, "eval_k": 2,
+        "use_cpu": True, "bf16": False, "per_device_train_batch_size": 4, "num_generations": 4,
+        "max_completion_length": 8, "learning_rate": 0.01, "max_steps": 6, "report_to": "none",
+        "disable_tqdm": True, "output_dir": str(tmp_path / "unused"),
+    }))
+    cell = dict(recipe=str(recipe), method="acpo", upr=2, seed=0, eval_steps=2, save_every=2)
+    whole = RecipeRunSpec(**cell).run(tmp_path / "whole")
+    cut = RecipeRunSpec(**cell, launcher=("python", "-c", DIES_AFTER_STEP_3))
+    with pytest.raises(RuntimeError, match="exited with 9"):
+        cut.run(tmp_path / "cut")
+    run_dir = tmp_path / "cut" / "runs" / cut.run_id
+    assert [d.name for d in run_dir.glob("checkpoint-*")] == ["checkpoint-2"]
+    resumed = cut.run(tmp_path / "cut")
+    assert resumed["resumed_at"] == [2] and "resumed_at" not in whole
+    assert "--resume_from_checkpoint" in resumed["command"] and "--save_steps 2" in whole["command"]
+    assert (resumed["evals"], resumed["rewards"]) == (whole["evals"], whole["rewards"])
+    assert resumed["diagnostics"] == whole["diagnostics"]
+
+    def logged(out):  # timings differ; so does transformers' train_loss, its mean over the last attempt's steps
+        lines = (out / "runs" / cut.run_id / "metrics.jsonl").read_text().splitlines()
+        return [{k: v for k, v in json.loads(line).items() if not any(w in k for w in ("time", "second", "train_loss"))}
+                for line in lines]
+
+    assert logged(tmp_path / "cut") == logged(tmp_path / "whole")
+    assert not list(run_dir.glob("checkpoint-*")) and not (run_dir / "attempts.json").exists()
+    assert 0 < resumed["seconds"]

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -60,6 +61,7 @@ class RecipeRunSpec(GridCell):
     rollout: int | None = None  # completions per rollout, the same in every regime (None: the recipe's mini-batch)
     rollouts: int | None = None  # with `rollout`: rollouts per run (max_steps = rollouts x upr)
     options: tuple[tuple[str, object], ...] = ()  # other ACPOConfig fields of the variant, e.g. (("epsilon", 0.43),)
+    save_every: int = 0  # a checkpoint every N optimizer steps, from which a cut-short run resumes (0: none)
 
     def __post_init__(self):
         config = self.config
@@ -124,8 +126,12 @@ class RecipeRunSpec(GridCell):
             "--steps_per_generation", str(self.upr * accumulation), "--seed", str(self.seed),
             "--report", "true", "--report_eval_steps", str(self.eval_steps), "--logging_steps", "1",
             "--diagnostics", "true", "--diagnostics_grad_every", str(self.grad_every),
-            "--save_strategy", "no", "--save_final_model", "false", "--push_to_hub", "false",
+            "--save_final_model", "false", "--push_to_hub", "false",
         ]
+        if self.save_every:  # only the latest checkpoint is kept; the runner deletes it once the run is done
+            args += ["--save_strategy", "steps", "--save_steps", str(self.save_every), "--save_total_limit", "1"]
+        else:
+            args += ["--save_strategy", "no"]
         if self.rollout is not None:
             args += ["--per_device_train_batch_size", str(self.rollout // (self.upr * accumulation))]
         if self.steps is not None or self.rollout is not None:
@@ -148,23 +154,57 @@ class RecipeRunSpec(GridCell):
 
     def run(self, out_dir: str | Path, cache_dir: str | Path | None = None) -> dict:
         """Run this cell (``acpo-train`` in a child process, output in ``log.txt``) and write its ``result.json``.
-        (``cache_dir`` is the testbed's warm-up cache: unused here.)"""
+        With ``save_every``, a run that an earlier attempt left with a checkpoint resumes from it (the trainer's
+        resume is exact; ``metrics.jsonl`` keeps the entries up to the checkpoint) and its ``seconds`` add the
+        earlier attempts' time up to their last checkpoint. (``cache_dir`` is the testbed's warm-up cache: unused.)"""
         run_dir = Path(out_dir) / "runs" / self.run_id
         run_dir.mkdir(parents=True, exist_ok=True)
-        for stale in ("metrics.jsonl", "result.json", "error.txt", "eval_before_after.json"):
-            (run_dir / stale).unlink(missing_ok=True)
+        checkpoint = latest_checkpoint(run_dir) if self.save_every else None
+        stale = ["result.json", "error.txt", "eval_before_after.json"] + ([] if checkpoint else ["metrics.jsonl"])
+        for name in stale:
+            (run_dir / name).unlink(missing_ok=True)
         (run_dir / "spec.json").write_text(json.dumps(self.to_json(), indent=1))
+        earlier = _earlier_attempts(run_dir, checkpoint)
         command = self.command(_relative(run_dir), _relative(self.before_file(out_dir)))
+        if checkpoint is not None:
+            command += ["--resume_from_checkpoint", str(_relative(checkpoint))]
         start, code_at_start = time.time(), code_version()
-        with open(run_dir / "log.txt", "w") as log:
+        (run_dir / ATTEMPTS).write_text(json.dumps({**earlier, "attempt_start": start}))
+        with open(run_dir / "log.txt", "a" if checkpoint else "w") as log:
             log.write(shlex.join(command) + "\n")
             log.flush()
             code = subprocess.call(_this_python(command), stdout=log, stderr=subprocess.STDOUT)
         if code != 0:
             tail = (run_dir / "log.txt").read_text()[-3000:]
             raise RuntimeError(f"{self.run_id}: acpo-train exited with {code}:\n{tail}")
-        return write_result(self, run_dir, read_evals(run_dir, self.num_steps), start, code_at_start,
-                            command=shlex.join(command))
+        result = write_result(self, run_dir, read_evals(run_dir, self.num_steps), start - earlier["seconds"],
+                              code_at_start, command=shlex.join(command),
+                              **({"resumed_at": earlier["resumed_at"]} if earlier["resumed_at"] else {}))
+        for done in run_dir.glob("checkpoint-*"):
+            shutil.rmtree(done)
+        (run_dir / ATTEMPTS).unlink()
+        return result
+
+
+ATTEMPTS = "attempts.json"  # a run's earlier attempts: their time up to their last checkpoint, the steps resumed at
+
+
+def latest_checkpoint(run_dir: Path) -> Path | None:
+    """The run's last complete checkpoint (``checkpoint-N`` with its trainer state), or None."""
+    done = [d for d in run_dir.glob("checkpoint-*") if (d / "trainer_state.json").is_file()]
+    return max(done, key=lambda d: int(d.name.split("-")[-1]), default=None)
+
+
+def _earlier_attempts(run_dir: Path, checkpoint: Path | None) -> dict:
+    """``{"seconds", "resumed_at"}`` of the attempts before this one: without a checkpoint none count; with one,
+    the last attempt counts up to the time its checkpoint was written (the work after it is done again)."""
+    path = run_dir / ATTEMPTS
+    if checkpoint is None or not path.is_file():
+        return {"seconds": 0.0, "resumed_at": []}
+    earlier = json.loads(path.read_text())
+    saved = (checkpoint / "trainer_state.json").stat().st_mtime
+    return {"seconds": earlier["seconds"] + max(saved - earlier["attempt_start"], 0.0),
+            "resumed_at": [*earlier["resumed_at"], int(checkpoint.name.split("-")[-1])]}
 
 
 def _this_python(command: list[str]) -> list[str]:

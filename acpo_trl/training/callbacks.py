@@ -14,7 +14,8 @@ class MetricsJSONLCallback(TrainerCallback):
 
     The file is started afresh when training begins, not before: a run that fails earlier (loading the model, the
     evaluation before training, building the optimizer) leaves an earlier run's file as it was. With ``resume``
-    (a run resumed from a checkpoint) the entries are appended to it."""
+    (a run resumed from a checkpoint) the file keeps its entries up to the checkpoint's step (those logged after it,
+    by the attempt that was cut short, are logged again) and the new ones are appended."""
 
     def __init__(self, path: str, resume: bool = False):
         self.path = path
@@ -23,8 +24,12 @@ class MetricsJSONLCallback(TrainerCallback):
     def on_train_begin(self, args, state, control, **kwargs):
         if state.is_world_process_zero:
             os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
-            if not self.resume:
-                open(self.path, "w").close()
+            kept = []
+            if self.resume and os.path.isfile(self.path):
+                with open(self.path, encoding="utf-8") as f:
+                    kept = [line for line in f if (step := _step(line)) is not None and step <= state.global_step]
+            with open(self.path, "w", encoding="utf-8") as f:
+                f.writelines(kept)
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs:
@@ -32,6 +37,14 @@ class MetricsJSONLCallback(TrainerCallback):
         clean = {k: (None if isinstance(v, float) and not math.isfinite(v) else v) for k, v in logs.items()}
         with open(self.path, "a", encoding="utf-8") as f:
             f.write(json.dumps({"step": state.global_step, **clean}) + "\n")
+
+
+def _step(line: str) -> int | None:
+    """The step of a ``metrics.jsonl`` line; None for a line torn by a killed process."""
+    try:
+        return json.loads(line)["step"]
+    except (ValueError, KeyError, TypeError):
+        return None
 
 
 class RewardProgressCallback(ProgressCallback):
