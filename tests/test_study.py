@@ -534,6 +534,18 @@ def test_drift_command_measures_ratio_dispersion_per_update_and_bin(tmp_path, ti
     assert "already measured" in capsys.readouterr().out
 
 
+def test_drift_in_a_grids_regime_splits_each_rollout_into_upr_mini_batches(tmp_path):
+    """``acpo-study drift --rollout 64 --upr 16``: mini-batches of 4, as the grids' cells at 16 updates per rollout."""
+    from acpo_trl.study.drift import drift_argv
+
+    recipe = "configs/study/smollm2_running_sum.yaml"
+    argv = drift_argv(recipe, 1e-6, 16, 2, 0, tmp_path, rollout=64)
+    assert "--per_device_train_batch_size=4" in argv and "--max_steps=32" in argv
+    with pytest.raises(ValueError, match="--rollout 60: must split into --upr 16 mini-batches"):
+        drift_argv(recipe, 1e-6, 16, 2, 0, tmp_path, rollout=60)
+    assert "--per_device_train_batch_size=4" not in drift_argv(recipe, 1e-6, 16, 2, 0, tmp_path)
+
+
 def test_drift_map_places_each_variant_at_its_levels_measured_drift(tmp_path):
     """Per variant and level: the level's measured drift (median over its variants of the bin-0 ratio std at the last
     update of the upr-16 runs) and the variant's own, the final accuracies, the drop with its interval; the real

@@ -288,7 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", type=Path, default=Path("study/drift/drift_smollm2"))
     p.add_argument("--config", default=None, help="an acpo-train recipe (default: the offline SmolLM2 on addition)")
     p.add_argument("--upr", type=argument(int, AT_LEAST_ONE), default=16, help="optimizer updates per rollout")
-    p.add_argument("--rollouts", type=argument(int, AT_LEAST_ONE), default=2)
+    p.add_argument("--rollouts", type=argument(int, AT_LEAST_ONE), default=2, help="rollouts measured")
+    p.add_argument("--rollout", type=argument(int, AT_LEAST_ONE), default=None,
+                   help="completions per rollout, in mini-batches of rollout / upr (default: the recipe's mini-batch)")
     p.add_argument("--seed", type=argument(int, NON_NEGATIVE), default=0)
     p = sub.add_parser("_work", help=argparse.SUPPRESS)
     p.add_argument("queue", type=Path)
@@ -345,7 +347,8 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.config is not None and not Path(args.config).is_file():
             raise UserError(f"--config {args.config}: no such file", "give an acpo-train YAML recipe, e.g. from configs/")
-        measure(args.lrs, args.out, recipe=args.config, upr=args.upr, rollouts=args.rollouts, seed=args.seed)
+        measure(args.lrs, args.out, recipe=args.config, upr=args.upr, rollouts=args.rollouts, seed=args.seed,
+                rollout=args.rollout)
         print((args.out / "drift.md").read_text())
         return 0
     if args.out is None:

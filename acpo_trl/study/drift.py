@@ -49,10 +49,17 @@ METRICS = ("ratio_std", "logratio_std", "acpo_eps", "clip_frac_pos", "clip_frac_
            "acpo_clip_frac_neg", "token_frac")
 
 
-def drift_argv(recipe: str | None, lr: float, upr: int, rollouts: int, seed: int, output_dir: Path) -> list[str]:
+def drift_argv(recipe: str | None, lr: float, upr: int, rollouts: int, seed: int, output_dir: Path,
+               rollout: int | None = None) -> list[str]:
     """The ``acpo-train`` arguments of one measurement run: the recipe (or :data:`DEFAULT_RECIPE`) with the learning
-    rate, U = ``upr`` updates per rollout, ``rollouts`` rollouts and the diagnostics on."""
+    rate, U = ``upr`` updates per rollout, ``rollouts`` rollouts and the diagnostics on; with ``rollout``, every
+    rollout is that many completions in mini-batches of ``rollout / upr`` (a study grid's regime), else the recipe's
+    mini-batch."""
     argv = ["--config", recipe] if recipe else [f"--{k}={v}" for k, v in DEFAULT_RECIPE.items()]
+    if rollout is not None:
+        if rollout % upr:
+            raise ValueError(f"--rollout {rollout}: must split into --upr {upr} mini-batches.")
+        argv.append(f"--per_device_train_batch_size={rollout // upr}")
     return argv + [
         f"--learning_rate={lr}", f"--steps_per_generation={upr}", f"--max_steps={upr * rollouts}", f"--seed={seed}",
         "--diagnostics=true", "--diagnostics_grad_every=0", "--report=false", "--push_to_hub=false",
@@ -62,7 +69,7 @@ def drift_argv(recipe: str | None, lr: float, upr: int, rollouts: int, seed: int
 
 
 def measure(lrs: list[float], out_dir: str | Path, *, recipe: str | None = None, upr: int = 16, rollouts: int = 2,
-            seed: int = 0, log=print) -> dict:
+            seed: int = 0, rollout: int | None = None, log=print) -> dict:
     """Run the measurement for every learning rate (skipping the ones already in ``drift.json``) and write the
     outputs. Returns the JSON content: ``{"settings", "runs": {lr: {"bins": {metric: {"k,b": mean}}, ...}}}``."""
     from ..training.callbacks import MetricsJSONLCallback
@@ -74,7 +81,8 @@ def measure(lrs: list[float], out_dir: str | Path, *, recipe: str | None = None,
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / "drift.json"
-    settings = {"recipe": recipe or DEFAULT_RECIPE, "updates_per_rollout": upr, "rollouts": rollouts, "seed": seed}
+    settings = {"recipe": recipe or DEFAULT_RECIPE, "updates_per_rollout": upr, "rollouts": rollouts, "seed": seed,
+                **({"rollout": rollout} if rollout is not None else {})}
     data = json.loads(path.read_text()) if path.exists() else {"settings": settings, "runs": {}}
     if data["settings"] != settings:
         raise ValueError(f"{path} holds a measurement with other settings ({data['settings']}); use another --out.")
@@ -85,7 +93,7 @@ def measure(lrs: list[float], out_dir: str | Path, *, recipe: str | None = None,
             continue
         run_dir = out_dir / f"lr{key}"
         script_args, training_args, model_args = parse_config(
-            make_parser(), drift_argv(recipe, lr, upr, rollouts, seed, run_dir))
+            make_parser(), drift_argv(recipe, lr, upr, rollouts, seed, run_dir, rollout))
         metrics_path = run_dir / "metrics.jsonl"
         log(f"lr {key}: {upr * rollouts} optimizer steps ({rollouts} rollouts of {upr} updates)")
         trainer = run(script_args, training_args, model_args, callbacks=[MetricsJSONLCallback(str(metrics_path))])
