@@ -55,6 +55,7 @@ ARCHITECTURES = {
     "Qwen/Qwen2.5-3B": "Qwen2ForCausalLM",
     "Qwen/Qwen2.5-0.5B-Instruct": "Qwen2ForCausalLM",
     "offline:smollm2": "LlamaForCausalLM",  # SmolLM2-135M-Instruct (acpo_trl/utils/offline_model.py)
+    "outputs/warmup/smollm2_running_sum": "LlamaForCausalLM",  # its acpo-warmup checkpoint (the recipe says how)
 }
 
 # What the CPU forces, identical for every recipe.
