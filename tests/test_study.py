@@ -765,3 +765,89 @@ def test_a_cut_short_recipe_cell_resumes_from_its_checkpoint_to_the_uninterrupte
     assert logged(tmp_path / "cut") == logged(tmp_path / "whole")
     assert not list(run_dir.glob("checkpoint-*")) and not (run_dir / "attempts.json").exists()
     assert 0 < resumed["seconds"]
+
+
+def test_long_task_variants_are_fixed_from_the_committed_drift_measurement():
+    """The wide fixed clip's epsilon and the frozen bin-wise ranges are ACPO alpha 3's ranges in the committed drift
+    measurement of the running sum (updates k >= 1 of a 16-update rollout): per bin, and weighted by token share."""
+    import json
+    from pathlib import Path
+
+    from acpo_trl.study.grids import LONG_TASK_BIN_RANGES, LONG_TASK_MEAN_RANGE, LONG_TASK_RECIPE
+
+    drift = json.loads((Path(__file__).parents[1] / "study/running_sum/drift/drift.json").read_text())
+    assert drift["settings"] == {"recipe": LONG_TASK_RECIPE, "updates_per_rollout": 16, "rollouts": 4, "seed": 0,
+                                 "rollout": 64}
+    bins = drift["runs"]["1e-06"]["bins"]
+    eps, share = bins["acpo_eps"], bins["token_frac"]
+    cells = [(k, b) for k in range(1, 16) for b in range(5)]
+    per_bin = [sum(eps[f"{k},{b}"] for k in range(1, 16)) / 15 for b in range(5)]
+    weighted = sum(eps[f"{k},{b}"] * share[f"{k},{b}"] for k, b in cells) / sum(share[f"{k},{b}"] for k, b in cells)
+    assert LONG_TASK_BIN_RANGES == tuple(round(x, 2) for x in per_bin)
+    assert LONG_TASK_MEAN_RANGE == round(weighted, 2)
+    assert max(eps.values()) < 1  # level b: ACPO's mean range stays below 1 at every (update, bin)
+
+
+def test_long_task_grid_orders_by_priority_and_adds_dapo_at_2_updates_by_the_rule(tmp_path):
+    """ACPO alpha 3 at 2 and 16, DAPO and the wide clip at 16 seed-major, then DCPO, then the frozen bin-wise clip
+    (6 seeds); DAPO at 2 updates per rollout joins for a seed once its ACPO run there is finished and moved a token
+    outside [0.8, 1.2]. Every cell samples 8 rollouts of 64, is evaluated before and after only, checkpoints every 2
+    rollouts and runs the gradient diagnostics on the last block."""
+    from acpo_trl.study.grids import long_task_grid
+    from acpo_trl.train import make_parser
+
+    specs = long_task_grid()
+    assert len(specs) == 4 * 8 + 8 + 6 and len({s.run_id for s in specs}) == len(specs)
+    assert [(s.variant, s.upr, s.seed) for s in specs[:5]] == [
+        ("acpo", 2, 0), ("acpo", 16, 0), ("dapo", 16, 0), ("ppo_clip(epsilon=0.28)", 16, 0), ("acpo", 2, 1)]
+    assert [s.method for s in specs[32:]] == ["dcpo"] * 8 + ["bin_clip"] * 6
+    assert specs[-1].variant == "bin_clip(bin_clip_ranges=0.54/0.48/0.42/0.34/0.22)"
+    assert specs[1].run_id == "smollm2_running_sum@lr1e-06/acpo/upr16/seed0"
+    for spec in (specs[0], specs[3]):
+        script_args, args, _ = make_parser().parse_args_and_config(args=spec.command(tmp_path / "cell")[3:])
+        assert (script_args.task, args.learning_rate, args.max_steps) == ("running_sum", 1e-6, 8 * spec.upr)
+        assert args.per_device_train_batch_size * args.steps_per_generation == 64
+        assert script_args.report_eval_steps == 8 * spec.upr and args.save_steps == 2 * spec.upr
+        assert args.diagnostics_grad_every == max(2, spec.upr // 2)
+        assert args.diagnostics_grad_params == ["layers\\.29\\."]
+    assert args.policy_loss == "ppo_clip" and args.epsilon == 0.28
+
+    def reference(seed, moved):
+        run_id = f"smollm2_running_sum@lr1e-06/acpo/upr2/seed{seed}"
+        return {"run_id": run_id, "diagnostics": {"bins_max": {"moved_frac": {"1,0": moved}}}}
+
+    more = long_task_grid(results=[reference(0, 0.0), reference(1, 0.01)])
+    assert [(s.method, s.upr, s.seed) for s in more[len(specs):]] == [("dapo", 2, 1)]
+    assert len(long_task_grid(seeds=2)) == 4 * 2 + 2 + 2
+
+
+def test_long_task_plan_prints_each_variant_and_the_undecided_cells(tmp_path, capsys):
+    from acpo_trl.study.cli import main
+
+    assert main(["plan", "--long-task", "--seeds", "2", "--out", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "dcpo, upr 16: 2 runs" in out and "12 runs (12 to do); estimated" in out
+    assert "and up to 2 runs of dapo at upr 2" in out
+
+
+def test_long_task_run_adds_dapo_at_2_updates_once_the_reference_runs_decide(tmp_path, monkeypatch):
+    import json
+
+    from acpo_trl.study import cli
+
+    calls = []
+
+    def fake_run_grid(specs, out, cache, jobs, log):
+        calls.append([s.run_id for s in specs])
+        for spec in specs:
+            run = out / "runs" / spec.run_id
+            run.mkdir(parents=True, exist_ok=True)
+            moved = {"1,0": 0.0 if spec.seed == 0 else 0.01}
+            (run / "result.json").write_text(json.dumps(
+                {"run_id": spec.run_id, "diagnostics": {"bins_max": {"moved_frac": moved}}}))
+        return []
+
+    monkeypatch.setattr(cli, "run_grid", fake_run_grid)
+    assert cli.main(["run", "--long-task", "--seeds", "2", "--out", str(tmp_path), "--no-report"]) == 0
+    first, decided = calls
+    assert len(first) == 12 and decided == ["smollm2_running_sum@lr1e-06/dapo/upr2/seed1"]

@@ -23,7 +23,11 @@
     acpo-study run --second-task         the second task, into study/smollm2/: SmolLM2 on single-digit multiplication
                                          at lr 1e-6 x ACPO (paper, authors' defaults), DAPO, CISPO and the ablation's
                                          variants that matched ACPO alpha 3 x upr 2/16 x 8 seeds (after the ablation)
-    acpo-study plan [--quick|--pilot|--drift|--real-model|--ablation|--guard|--second-task]
+    acpo-study run --long-task           where bins can matter, into study/running_sum/: SmolLM2 on running sums
+                                         worked step by step (~65 tokens) at lr 1e-6, 8 rollouts of 64: ACPO alpha 3,
+                                         DAPO, the wide fixed clip, DCPO, the frozen bin-wise clip at upr 16 and
+                                         ACPO alpha 3 at upr 2 (DAPO there where its clip could bind)
+    acpo-study plan [--quick|--pilot|--drift|--real-model|--ablation|--guard|--second-task|--long-task]
                                          the runs it would do and their estimated time, without running them
     acpo-study report --out DIR          table.md, learning curves and diagnostics PNGs from finished runs
     acpo-study drift --lrs 1e-6 1e-5 --out DIR
@@ -54,6 +58,7 @@ from .recipe import DEFAULT_LAUNCHER, RecipeRunSpec, recipe_grid
 from .grids import (ALPHAS, DRIFT_LEVELS, DRIFT_VARIANTS, PAPER_METHODS, REAL_MODEL_LEVELS, REAL_MODEL_RECIPE,
                     REAL_MODEL_VARIANTS, SECOND_TASK_RECIPE, UPRS, ablation_grid, ablation_hypotheses, build_grid,
                     drift_grid, estimate_real_model_seconds, estimate_seconds, guard_grid, is_near_reference,
+                    LONG_TASK_RECIPE, LONG_TASK_VARIANTS, estimate_long_task_seconds, long_task_cell, long_task_grid,
                     quick_grid, real_model_grid, second_task_grid)
 from .results import group_of, is_done, load_results
 from .runner import block, check_reproduces, open_blocks, run_grid, work
@@ -69,9 +74,9 @@ PILOT_METHODS = ("acpo", "dapo", "cispo")
 def _specs(args) -> list:
     if args.recipe:
         if (args.quick or args.pilot or args.drift or args.real_model or args.ablation or args.guard or args.second_task
-                or args.tasks):
-            raise UserError("--recipe: the recipe sets the model and task",
-                            "drop --quick/--pilot/--drift/--real-model/--ablation/--guard/--second-task/--tasks")
+                or args.long_task or args.tasks):
+            raise UserError("--recipe: the recipe sets the model and task", "drop --quick/--pilot/--drift/"
+                            "--real-model/--ablation/--guard/--second-task/--long-task/--tasks")
         return recipe_grid(args.recipe, methods=args.methods or PAPER_METHODS, uprs=args.uprs or UPRS,
                            seeds=range(args.seeds or 8), alphas=ALPHAS if args.alphas is None else args.alphas,
                            steps=args.steps, eval_steps=args.eval_steps,
@@ -86,6 +91,9 @@ def _specs(args) -> list:
         return [s for s in second_task_grid(uprs=args.uprs or (2, 16), seeds=range(args.seeds or 8),
                                             results=load_results(args.out))
                 if not args.methods or s.method in args.methods]
+    if args.long_task:
+        return [s for s in long_task_grid(results=load_results(args.out), seeds=args.seeds)
+                if (not args.methods or s.method in args.methods) and (not args.uprs or s.upr in args.uprs)]
     if args.guard:
         levels = [name for name in ("b", "a") if not args.levels or name in args.levels]
         return [s for s in guard_grid(levels=levels, seeds=range(args.seeds or 8), measures=args.measures or
@@ -111,6 +119,12 @@ def _specs(args) -> list:
 
 
 def _estimate(specs: list, jobs: int) -> float:
+    if specs and all(isinstance(s, RecipeRunSpec) and s.recipe == LONG_TASK_RECIPE and s.rollout for s in specs):
+        for method, upr in dict.fromkeys((s.method, s.upr) for s in specs):  # per variant and regime, in order
+            cells = [s for s in specs if (s.method, s.upr) == (method, upr)]
+            print(f"  {method}, upr {upr}: {len(cells)} runs, {estimate_long_task_seconds(cells, jobs) / 3600:.2f} h",
+                  flush=True)
+        return estimate_long_task_seconds(specs, jobs)
     if specs and all(isinstance(s, RecipeRunSpec) and s.recipe in (REAL_MODEL_RECIPE, SECOND_TASK_RECIPE) and s.rollout
                      for s in specs):
         for group, upr in dict.fromkeys((s.group, s.upr) for s in specs):  # per level and regime, in the grid's order
@@ -238,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name)
         p.add_argument("--out", type=Path, default=None,
                        help="default study/ (with --drift: study/drift/, with --real-model, --ablation, --guard or --second-task: "
-                            "study/smollm2/)")
+                            "study/smollm2/, with --long-task: study/running_sum/)")
         p.add_argument("--cache", type=Path, default=None, help="warm-up cache (default: OUT/warmups)")
         mode = p.add_mutually_exclusive_group()
         mode.add_argument("--quick", action="store_true")
@@ -248,6 +262,8 @@ def build_parser() -> argparse.ArgumentParser:
                           help="the real-model grid (SmolLM2-135M-Instruct on CPU, two drift levels)")
         mode.add_argument("--second-task", action="store_true",
                           help="the real-model grid's level b on single-digit multiplication")
+        mode.add_argument("--long-task", action="store_true",
+                          help="where bins can matter: running sums worked step by step, level b, 8 rollouts per run")
         mode.add_argument("--guard", action="store_true",
                           help="the drift guard on the real model (levels b, a; --levels b: one)")
         mode.add_argument("--ablation", action="store_true",
@@ -314,12 +330,12 @@ def _check_args(args) -> None:
         if not (args.drift or args.real_model or args.guard):
             raise UserError("--levels: only the drift grids have drift levels", "add --drift, --real-model or "
                             "--guard, or drop --levels")
-    if args.measures is not None and not args.guard:
-        raise UserError("--measures: only the guard's grid has measures", "add --guard, or drop --measures")
         names = [level.name for level in (DRIFT_LEVELS if args.drift else REAL_MODEL_LEVELS)]
         unknown = [name for name in args.levels if name not in names]
         if unknown:
             raise UserError(f"--levels: unknown {', '.join(unknown)}", f"choose from {', '.join(names)}")
+    if args.measures is not None and not args.guard:
+        raise UserError("--measures: only the guard's grid has measures", "add --guard, or drop --measures")
     if args.recipe is not None and not args.recipe.is_file():
         raise UserError(f"--recipe {args.recipe}: no such file", "give an acpo-train YAML recipe, e.g. from configs/")
 
@@ -354,7 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is None:
         args.out = (Path("study/drift") if args.drift else
                     Path("study/smollm2") if args.real_model or args.ablation or args.guard or args.second_task
-                    else Path("study"))
+                    else Path("study/running_sum") if args.long_task else Path("study"))
     _check_args(args)
     with user_input(ValueError), user_input(yaml.YAMLError, fix=f"fix the YAML syntax of --recipe {args.recipe}"):
         specs = _specs(args)
@@ -385,6 +401,14 @@ def main(argv: list[str] | None = None) -> int:
         if near:
             print(f"  an upper bound: of the {len(near)} other cells at 2 updates per rollout, a seed's are dropped when "
                   "no variant's clip binds on its ACPO alpha 3 run (docs/RESULTS.md, \"A second task\")", flush=True)
+    if args.long_task:
+        undecided = [s for s in long_task_grid(seeds=args.seeds) if s.upr == 2 and s.method == "acpo"
+                     and not is_done(s, args.out) and (not args.methods or "dapo" in args.methods)]
+        if undecided:
+            dapo = [long_task_cell(LONG_TASK_VARIANTS[1], 2, s.seed) for s in undecided]
+            print(f"  and up to {len(dapo)} runs of dapo at upr 2, {estimate_long_task_seconds(dapo, args.jobs) / 3600:.2f} "
+                  "h, for the seeds whose ACPO alpha 3 run there moves a token outside [0.8, 1.2] (DAPO's clip could "
+                  "bind; docs/RESULTS.md, \"A task with long, worked completions\")", flush=True)
     if args.command == "plan":
         return 0
     args.out.mkdir(parents=True, exist_ok=True)
@@ -401,6 +425,9 @@ def main(argv: list[str] | None = None) -> int:
         specs = _specs(args)
         print(f"{len(specs)} runs once the reference runs decided the cells at 2 updates per rollout", flush=True)
     failed = run_grid(specs, args.out, cache, jobs=args.jobs, log=lambda m: print(m, flush=True))
+    if args.long_task:  # the finished reference runs at 2 updates per rollout decide DAPO's cells there
+        decided = [s for s in _specs(args) if s.run_id not in {spec.run_id for spec in specs}]
+        failed += run_grid(decided, args.out, cache, jobs=args.jobs, log=lambda m: print(m, flush=True))
     print(f"grid finished in {time.time() - start:.0f} s; {len(failed)} failed: {failed}", flush=True)
     if left:
         print(f"left for a machine that reproduces them: {len(left)} blocks ({_blocks(left)})", flush=True)

@@ -289,3 +289,77 @@ def guard_grid(levels=("b", "a"), seeds=range(8), measures=("ratio_std", "kl")) 
     return [spec for name, options in arms
             for spec in real_model_grid(levels=[by_name[name]], uprs=(16,), seeds=seeds,
                                         variants=[(method, None, None, options) for method in GUARD_METHODS])]
+
+
+# A task with long, worked completions (docs/RESULTS.md, "A task with long, worked completions"; issue 44): running
+# sums of 6 numbers written step by step (~65 tokens, ~29% of them in bins 0-3: ~18 per completion against the
+# addition's ~1.2), from one supervised warm-up (the recipe's header). Level b by the drift measurement committed in
+# study/running_sum/drift/ (`acpo-study drift --config LONG_TASK_RECIPE --lrs 1e-6 --upr 16 --rollouts 4 --rollout
+# 64`): at lr 1e-6 ACPO alpha 3's mean range stays below 1 at every (update, bin) (largest 0.94, bin 0). 8 rollouts of
+# 64 completions per run (the addition's grids took 16): sized to the issue's ~30 h with the measured cost of a
+# rollout here (LONG_TASK_SECONDS); the gain pilot at 2 updates per rollout gained 3.75 points by rollout 8 and 10.25
+# by rollout 16 (20.5% -> 30.75% avg@4).
+LONG_TASK_RECIPE = "configs/study/smollm2_running_sum.yaml"
+LONG_TASK_LEVEL = DriftLevel("b", 1e-6, 8)
+# Fixed from that committed drift measurement before any grid run (tests/test_study.py recomputes them from it):
+# ACPO alpha 3's range per bin, averaged over the updates k >= 1 of a 16-update rollout (each a mean over its 4
+# rollouts), and their mean weighted by each (update, bin)'s token share.
+LONG_TASK_BIN_RANGES = (0.54, 0.48, 0.42, 0.34, 0.22)
+LONG_TASK_MEAN_RANGE = 0.28
+# The gradient-dominance measure (diagnostics.gradients) on the last transformer block of SmolLM2-135M (its 30th),
+# which bounds its 2 + 2 x 5 extra backward passes to that block and the output layer.
+LONG_TASK_GRAD_OPTIONS = (("diagnostics_grad_params", (r"layers\.29\.",)),)
+LONG_TASK_VARIANTS = (  # in the issue's order of priority
+    ("acpo", None, None),
+    ("dapo", None, None),
+    ("ppo_clip", None, None, (("epsilon", LONG_TASK_MEAN_RANGE),)),  # the wide fixed clip, as wide on average
+    ("dcpo", None, None),  # DCPO's bounds in the old probability, the authors' defaults (losses/dcpo.py)
+    ("bin_clip", None, None, (("bin_clip_ranges", LONG_TASK_BIN_RANGES),)),  # ACPO's ranges frozen per bin
+)
+LONG_TASK_SEEDS = {"acpo": 8, "dapo": 8, "ppo_clip": 8, "dcpo": 8, "bin_clip": 6}
+# Wall seconds with another run beside it (2 cores, one thread each), measured by the pilots at lr 1e-6: a rollout
+# with its updates (gain pilot, upr 2: 3,866 s of steps / 16 rollouts; drift, upr 16: 1,799 s / 4 rollouts); one
+# evaluation of the 100 held-out problems x 4 (the gain pilot's two in training: 904 s); a run's start and end.
+LONG_TASK_SECONDS = {"rollout": {2: 242.0, 16: 450.0}, "eval": 452.0, "start": 100.0}
+
+
+def estimate_long_task_seconds(specs: list[RecipeRunSpec], jobs: int = 2) -> float:
+    """Wall time of long-task cells, ``jobs`` at a time: each cell's start, rollouts and one evaluation (after), plus
+    one before-training evaluation per seed (its cells share it)."""
+    seconds = LONG_TASK_SECONDS
+    total = sum(seconds["start"] + s.rollouts * seconds["rollout"][s.upr] + seconds["eval"] for s in specs)
+    return (total + len({s.seed for s in specs}) * seconds["eval"]) / jobs
+
+
+def long_task_cell(variant: tuple, upr: int, seed: int) -> RecipeRunSpec:
+    """One cell of the long task: ``variant`` (method, alpha, clip[, options]) at ``upr`` updates per rollout, 8
+    rollouts of 64 completions, the held-out set before and after, a checkpoint every 2 rollouts (a run a session's end
+    cuts short resumes from it), the gradient diagnostics twice per rollout at 16 updates (at rotating update indices,
+    half of them in the rollout's second half) and once per rollout at 2."""
+    method, alpha, clip, *options = variant
+    level = LONG_TASK_LEVEL
+    return RecipeRunSpec(LONG_TASK_RECIPE, method=method, upr=upr, seed=seed, alpha=alpha, clip=clip, lr=level.lr,
+                         rollout=REAL_MODEL_ROLLOUT, rollouts=level.steps, eval_steps=level.steps * upr,
+                         grad_every=max(2, upr // 2), save_every=2 * upr,
+                         options=(*(options[0] if options else ()), *LONG_TASK_GRAD_OPTIONS))
+
+
+def long_task_grid(results: list[dict] | None = None, seeds: int | None = None) -> list[RecipeRunSpec]:
+    """The long task's cells in the issue's order of priority, each tier seed-major: ACPO alpha 3 at 2 updates per
+    rollout with ACPO alpha 3, DAPO and the wide fixed clip at 16 (8 seeds); DCPO at 16 (8 seeds); the frozen bin-wise
+    clip at 16 (6 seeds); then DAPO at 2 updates per rollout for the seeds whose ACPO run there moved a token with a
+    nonzero advantage outside [0.8, 1.2] (the second task's rule: ``results``, the finished runs, decide; a seed whose
+    reference run has not finished has no such cell yet). ``seeds``: at most that many per variant."""
+    def seeds_of(method):
+        return range(min(LONG_TASK_SEEDS[method], seeds or LONG_TASK_SEEDS[method]))
+
+    acpo, dapo, wide, dcpo, frozen = LONG_TASK_VARIANTS
+    specs = [long_task_cell(variant, upr, seed) for seed in seeds_of("acpo")
+             for variant, upr in ((acpo, 2), (acpo, 16), (dapo, 16), (wide, 16))]
+    specs += [long_task_cell(dcpo, 16, seed) for seed in seeds_of("dcpo")]
+    specs += [long_task_cell(frozen, 16, seed) for seed in seeds_of("bin_clip")]
+    by_id = {r["run_id"]: r for r in results or ()}
+    references = {seed: by_id.get(long_task_cell(acpo, 2, seed).run_id) for seed in seeds_of("dapo")}
+    specs += [long_task_cell(dapo, 2, seed) for seed, result in references.items()
+              if result is not None and clip_free(result) is not True]
+    return specs
