@@ -232,3 +232,17 @@ def test_the_diagnostics_report_each_bin_clip_methods_own_ranges(tmp_path):
     entries = [{"step": 1, "diag/k0/bin0/acpo_eps": 0.2, "diag/eps_rule_logratio": 1.0}]
     assert summarize_diagnostics(entries)["eps_rule"] == "logratio"
     assert summarize_diagnostics([{"step": 1, "diag/k0/bin0/acpo_eps": 0.2}])["eps_rule"] == "ratio"
+
+
+def test_run_summary_keeps_the_gradient_measures_per_update_index():
+    """A run's summary keeps the angle and the gradient shares per update index k (which token group dominates
+    late in a rollout) and over all k, skipping undefined values."""
+    from acpo_trl.study.results import summarize_diagnostics
+
+    entries = [{"step": 1, "grad/share/bin0/pos": 0.2, "grad/k0/share/bin0/pos": 0.2, "grad/angle_deg": 0.0,
+                "grad/k0/angle_deg": 0.0},
+               {"step": 2, "grad/share/bin0/pos": 0.6, "grad/k1/share/bin0/pos": 0.6, "grad/angle_deg": 8.0,
+                "grad/k1/angle_deg": 8.0, "grad/k1/share/bin1/neg": float("nan")}]
+    summary = summarize_diagnostics(entries)
+    assert summary["grad_k"] == {"share/bin0/pos": {"0": 0.2, "1": 0.6}, "angle_deg": {"0": 0.0, "1": 8.0}}
+    assert summary["grad"] == {"share/bin0/pos": pytest.approx(0.4), "angle_deg": 4.0}

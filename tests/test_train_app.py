@@ -282,6 +282,7 @@ def test_diagnostics_switched_on_from_the_recipe(tmp_path, tiny_dir):
     keys = {k for entry in trainer.state.log_history for k in entry}
     assert {"diag/k0/bin0/acpo_eps", "diag/k1/bin0/acpo_eps"} <= keys  # per update index k within a rollout
     assert any(k.startswith("grad/") and k.endswith("angle_deg") for k in keys)
+    assert {"grad/k0/share/bin0/pos", "grad/k1/share/bin4/neg", "grad/k1/angle_deg"} <= keys  # per k too
     # the report's diagnostics plots, from the run's metrics.jsonl
     for name in ("diagnostics_bins.png", "diagnostics_gradient.png"):
         assert (tmp_path / "out" / name).stat().st_size > 10_000

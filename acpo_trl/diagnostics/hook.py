@@ -10,8 +10,9 @@ loss it adds, to the metrics the trainer already all-reduces and logs in one cal
   ratio) and ``diag/eps_rule_own`` (1: the method's own rule, 0: ACPO's, not applied) record;
 - once in every window of ``grad_every`` optimizer steps (at a rotating update index, see
   :func:`gradient_step_due`), on the first micro-batch of the step:
-  :func:`~acpo_trl.diagnostics.gradient_diagnostics` on the parameters matching ``grad_params``; the angle and norm
-  ratio are also logged per k (``grad/k{k}/angle_deg``, ``grad/k{k}/norm_ratio``). Under DeepSpeed (any ZeRO stage)
+  :func:`~acpo_trl.diagnostics.gradient_diagnostics` on the parameters matching ``grad_params``; the angle, the norm
+  ratio and the gradient shares are also logged per k (``grad/k{k}/angle_deg``, ``grad/k{k}/norm_ratio``,
+  ``grad/k{k}/share/bin{b}/{pos,neg}``: which token group dominates early or late in a rollout). Under DeepSpeed (any ZeRO stage)
   they run inside :func:`~acpo_trl.diagnostics.gradients.outside_engine_backward`, which keeps their extra backward
   passes out of the engine's own backward and, under ZeRO-3, gathers the partitioned weights for them.
 
@@ -106,8 +107,8 @@ def attach_diagnostics(trainer, config: DiagnosticsConfig):
                     loss_type=run_config.loss_type, num_bins=rule.num_bins,
                     max_completion_length=run_config.max_completion_length, per_group=config.grad_per_group,
                 )
-            for name in ("angle_deg", "norm_ratio"):
-                grad[f"grad/k{k}/{name}"] = grad[f"grad/{name}"]
+            for name in [n for n in grad if n.startswith("grad/share/")] + ["grad/angle_deg", "grad/norm_ratio"]:
+                grad[f"grad/k{k}/{name[5:]}"] = grad[name]
             metrics.update(grad)
         return replace(output, metrics=metrics)
 

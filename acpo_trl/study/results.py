@@ -100,8 +100,8 @@ MAX_TRACKED = ("acpo_eps", "ratio_std", "clip_frac_pos", "clip_frac_neg", "moved
 def summarize_diagnostics(entries: list[dict]) -> dict:
     """Run means of the diagnostics, small enough for ``result.json`` (so tables and cross-seed plots do not need
     ``metrics.jsonl``): ``bins[metric]["k,b"]``, ``bins_max`` (the largest value of one logged step, for the metrics
-    of ``MAX_TRACKED``), ``grad_k[metric]["k"]``, ``grad[metric]`` (shares, angle) and
-    ``eps_rule``, the statistic of the bin rule behind ``acpo_eps`` (``"ratio"`` or ``"logratio"``), and ``eps_own``,
+    of ``MAX_TRACKED``), ``grad_k[metric]["k"]`` (angle, norm ratio and shares per update index k),
+    ``grad[metric]`` (shares, angle, over all k) and ``eps_rule``, the statistic of the bin rule behind ``acpo_eps`` (``"ratio"`` or ``"logratio"``), and ``eps_own``,
     whether that rule is the method's own (False: ACPO's, not applied)."""
     from ..diagnostics.plots import bin_table
 
@@ -117,16 +117,21 @@ def summarize_diagnostics(entries: list[dict]) -> dict:
     grad_k: dict = {}
     for key, value in means.items():
         parts = key.split("/")
-        if len(parts) == 3 and parts[1].startswith("k"):
-            grad_k.setdefault(parts[2], {})[parts[1][1:]] = value
+        if _is_update_index(parts[1]):
+            grad_k.setdefault("/".join(parts[2:]), {})[parts[1][1:]] = value
     logratio_rule = [e["diag/eps_rule_logratio"] for e in entries if "diag/eps_rule_logratio" in e]
     own_rule = [e["diag/eps_rule_own"] for e in entries if "diag/eps_rule_own" in e]
     return {"bins": bins, "bins_max": largest, "grad_k": grad_k,
-            "grad": {k[5:]: v for k, v in means.items() if not k.split("/")[1].startswith("k")},
+            "grad": {k[5:]: v for k, v in means.items() if not _is_update_index(k.split("/")[1])},
             # the rule of `acpo_eps` (diagnostics.hook.diagnostics_rule); runs logged before it was recorded: "ratio"
             "eps_rule": "logratio" if logratio_rule and logratio_rule[-1] == 1 else "ratio",
             # whether `acpo_eps` is the method's own rule (runs logged before it was recorded: None)
             "eps_own": bool(own_rule[-1]) if own_rule else None}
+
+
+def _is_update_index(part: str) -> bool:
+    """Whether a metric-name part is an update index ``k{k}`` (``grad/k3/angle_deg``)."""
+    return part[:1] == "k" and part[1:].isdigit()
 
 
 def is_done(spec, out_dir: str | Path) -> bool:
