@@ -851,3 +851,36 @@ def test_long_task_run_adds_dapo_at_2_updates_once_the_reference_runs_decide(tmp
     assert cli.main(["run", "--long-task", "--seeds", "2", "--out", str(tmp_path), "--no-report"]) == 0
     first, decided = calls
     assert len(first) == 12 and decided == ["smollm2_running_sum@lr1e-06/dapo/upr2/seed1"]
+
+
+def test_mechanism_section_and_figure_from_the_runs_gradient_shares_per_update_index(tmp_path):
+    """Per variant and regime: the ratio std at a rollout's last update, the clip % and the gradient share per bin
+    over the late updates (k >= upr / 2), the dominant bin; runs without per-k shares, or a group at one regime,
+    give no section."""
+    from acpo_trl.study.mechanism import mechanism_profiles, mechanism_table, plot_mechanism
+
+    def result(variant, upr, seed, low_share):
+        late = upr - 1
+        shares = {f"share/bin{b}/{s}": {"0": 0.1, str(late): (low_share if b == 0 else (1 - low_share) / 4) / 2}
+                  for b in range(5) for s in ("pos", "neg")}
+        bins = {"ratio_std": {f"{late},{b}": 0.1 * (5 - b) * upr / 16 for b in range(5)},
+                "clip_frac_pos": {f"{late},{b}": 0.5 if variant == "dapo" and b == 0 else 0.0 for b in range(5)},
+                "clip_frac_neg": {f"{late},{b}": 0.0 for b in range(5)},
+                "token_frac": {f"{late},{b}": 0.2 for b in range(5)}}
+        return {"run_id": f"long/{variant}/upr{upr}/seed{seed}", "group": "long", "variant": variant,
+                "spec": {"task": "long", "upr": upr, "seed": seed}, "diagnostics": {"bins": bins, "grad_k": shares}}
+
+    results = [result("acpo", 2, s, 0.1) for s in range(2)] + [result("acpo", 16, s, 0.1 + 0.1 * s) for s in range(2)]
+    results += [result("dapo", 16, 0, 0.6), {"run_id": "old", "group": "long", "variant": "cispo",
+                                             "spec": {"task": "long", "upr": 16, "seed": 0}, "diagnostics": {"grad_k": {}}}]
+    profiles = mechanism_profiles(results)
+    assert set(profiles) == {("long", "acpo", 2), ("long", "acpo", 16), ("long", "dapo", 16)}
+    acpo16 = profiles[("long", "acpo", 16)]
+    assert acpo16["runs"] == 2 and acpo16["grad_share"][0] == pytest.approx(0.15)  # k = 15 only, not k = 0
+    assert profiles[("long", "acpo", 2)]["ratio_std_last"][0] == pytest.approx(0.0625)  # at k = 1
+    table = "\n".join(mechanism_table(results))
+    assert "| long | `dapo` | 16 | 1 | 0.500 / 0.400 / 0.300 / 0.200 / 0.100 | 25.0 / 0.0 / 0.0 / 0.0 / 0.0 |" in table
+    assert "0.60 / 0.10 / 0.10 / 0.10 / 0.10 | 0 |" in table and "| 0.15 / 0.21 / 0.21 / 0.21 / 0.21 | 1 |" in table
+    assert mechanism_table([r for r in results if r["spec"]["upr"] == 16]) == []  # one regime: nothing to compare
+    (png,) = plot_mechanism(results, tmp_path)
+    assert png.endswith("long_mechanism.png") and (tmp_path / "long_mechanism.png").stat().st_size > 10_000

@@ -141,6 +141,7 @@ def report(out_dir: Path, plots: str = "some", beside: Path | None = None) -> st
     """Write ``table.md`` and the PNGs under ``out_dir/plots``; returns the table."""
     from ..diagnostics.plots import plot_bins_vs_k, plot_gradient_diagnostics
     from ..diagnostics.plots import read_metrics
+    from .mechanism import plot_mechanism
     from .table import write_table
 
     results = load_results(out_dir)
@@ -149,6 +150,7 @@ def report(out_dir: Path, plots: str = "some", beside: Path | None = None) -> st
     plot_dir.mkdir(exist_ok=True)
     _learning_curves(results, plot_dir)
     _drift_maps(results, out_dir, plot_dir, beside)
+    plot_mechanism(results, plot_dir)
     if plots != "none":
         chosen = {}
         for r in results:

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from ..training.drift_guard import FALLBACK, OWN, UNDECIDED
 from .drift import k3_at_ratio_std
+from .mechanism import mechanism_table
 from .results import group_of
 
 
@@ -548,6 +549,7 @@ def write_table(results: list[dict], path: str | Path | None = None, hypotheses:
     lines += ablation_table(results, everything, hypotheses or {})
     lines += guard_table(results)
     lines += diagnostics_table(results)
+    lines += mechanism_table(results)
     lines += identical_runs_table(results)
     lines += testbeds_table(results)
     text = "\n".join(lines)

@@ -1,0 +1,139 @@
+"""The paper's mechanism, looked for across a study's runs: from few to many updates per rollout, does the ratio's
+dispersion grow most in the low-probability bins, does a fixed clip then clip those bins' tokens, and does the token
+group that dominates the gradient change (ACPO, Sec. 3: a fixed clip "reverses which token group dominates")?
+
+Per task, variant and regime (updates per rollout), means over seeds of each run's means (``result.json``'s
+``diagnostics``; bins by current probability, ACPO's, 0 = least likely):
+
+- **ratio std at the last update** of a rollout (k = upr - 1), per bin;
+- **clip %**: the method's own clip fraction per bin (tokens of either advantage sign), over the late updates;
+- **gradient share** per bin, ``grad/k{k}/share/bin{b}/pos + .../neg`` (diagnostics.gradients: <g_b, g_used> /
+  |g_used|^2, summing to 1 over bins), over the late updates, and the **dominant bin**, the one with the largest share.
+
+The late updates are k >= upr // 2, the second half of a rollout (k = 1 at 2 updates per rollout), where the drift
+the paper describes has built up; k = 0 is on-policy (r = 1), where no clip binds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+from pathlib import Path
+
+from .results import group_of
+
+NUM_BINS = 5
+
+
+def _mean(values) -> float:
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(values) / len(values) if values else math.nan
+
+
+def _late(k: int, upr: int) -> bool:
+    return k >= upr // 2
+
+
+def _run_profile(result: dict) -> dict[str, list[float]]:
+    """One run's per-bin ratio std at its last update, clip fraction and gradient share over its late updates."""
+    diags, upr = result["diagnostics"], result["spec"]["upr"]
+    bins, grad_k = diags.get("bins", {}), diags.get("grad_k", {})
+    std = [bins.get("ratio_std", {}).get(f"{upr - 1},{b}", math.nan) for b in range(NUM_BINS)]
+
+    def late_cells(metric: str, b: int) -> list[float]:
+        return [v for kb, v in bins.get(metric, {}).items()
+                if kb.endswith(f",{b}") and _late(int(kb.split(",")[0]), upr)]
+
+    # own clip fractions (clip_frac_*); a run logged before they were recorded has ACPO's rule's only
+    sign_metric = {s: (f"clip_frac_{s}" if f"clip_frac_{s}" in bins else f"acpo_clip_frac_{s}") for s in ("pos", "neg")}
+    share_tokens = [_mean(late_cells("token_frac", b)) for b in range(NUM_BINS)]
+    clip = [_mean([_mean(late_cells(sign_metric[s], b)) for s in ("pos", "neg")]) for b in range(NUM_BINS)]
+    share = []
+    for b in range(NUM_BINS):
+        by_k = [sum(grad_k.get(f"share/bin{b}/{s}", {}).get(k, 0.0) for s in ("pos", "neg"))
+                for k in grad_k.get(f"share/bin{b}/pos", {}) if _late(int(k), upr)]
+        share.append(_mean(by_k))
+    return {"ratio_std_last": std, "clip": clip, "grad_share": share, "token_frac": share_tokens}
+
+
+def mechanism_profiles(results: list[dict]) -> dict[tuple[str, str, int], dict]:
+    """{(group, variant, upr): {"runs": n, metric: per-bin means over seeds}} for the runs that logged the gradient
+    shares per update index, in groups run at more than one regime."""
+    cells: dict = defaultdict(list)
+    for r in results:
+        if any(key.startswith("share/") for key in r.get("diagnostics", {}).get("grad_k", {})):
+            cells[(group_of(r), r["variant"], r["spec"]["upr"])].append(_run_profile(r))
+    regimes = defaultdict(set)
+    for group, _, upr in cells:
+        regimes[group].add(upr)
+    profiles = {}
+    for key, runs in sorted(cells.items()):
+        if len(regimes[key[0]]) > 1:
+            profiles[key] = {"runs": len(runs), **{metric: [_mean([run[metric][b] for run in runs])
+                                                            for b in range(NUM_BINS)] for metric in runs[0]}}
+    return profiles
+
+
+def dominant_bin(shares: list[float]) -> int | None:
+    """The bin with the largest gradient share (the least likely one on a tie), or None when none is defined."""
+    finite = [(v, -b) for b, v in enumerate(shares) if math.isfinite(v)]
+    return -max(finite)[1] if finite else None
+
+
+def mechanism_table(results: list[dict]) -> list[str]:
+    """The Markdown section of the module docstring (empty when no group has the per-k gradient shares at two
+    regimes)."""
+    profiles = mechanism_profiles(results)
+    if not profiles:
+        return []
+
+    def row(values, fmt):
+        return " / ".join("–" if not math.isfinite(v) else fmt(v) for v in values)
+
+    lines = ["## The mechanism: 2 against 16 updates per rollout", "",
+             "Means over seeds, per current-probability bin 0..4 (0 = least likely): the ratio std at the last update "
+             "of a rollout; over the late updates (k >= upr / 2; k = 1 at 2 updates per rollout) the method's own clip "
+             "% (both advantage signs) and the gradient share of the bin's tokens (<g_bin, g_used> / |g_used|^2, "
+             "summing to 1; acpo_trl/study/mechanism.py); dominant: the bin with the largest share.", "",
+             "| task | variant | upr | runs | ratio std at k = upr - 1 | clip % (late) | gradient share (late) | "
+             "dominant bin | token share (late) |", "|---|---|---|---|---|---|---|---|---|"]
+    for (group, variant, upr), p in profiles.items():
+        dominant = dominant_bin(p["grad_share"])
+        lines.append(f"| {group} | `{variant}` | {upr} | {p['runs']} | {row(p['ratio_std_last'], lambda v: f'{v:.3f}')} "
+                     f"| {row(p['clip'], lambda v: f'{100 * v:.1f}')} | {row(p['grad_share'], lambda v: f'{v:.2f}')} | "
+                     f"{'–' if dominant is None else dominant} | {row(p['token_frac'], lambda v: f'{100 * v:.1f}')} |")
+    return lines + [""]
+
+
+def plot_mechanism(results: list[dict], plot_dir: str | Path) -> list[str]:
+    """Per group, one figure of three panels against the bin: ratio std at the last update, clip % and gradient
+    share over the late updates, one line per (variant, regime) (solid: the most updates per rollout). Returns the
+    PNG paths."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ..diagnostics.plots import legend, save_figure
+
+    profiles = mechanism_profiles(results)
+    written = []
+    for group in sorted({key[0] for key in profiles}):
+        fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+        most = max(upr for g, _, upr in profiles if g == group)
+        panels = (("ratio_std_last", "ratio std at the last update of a rollout", 1.0),
+                  ("clip", "clip % of the bin's tokens (late updates)", 100.0),
+                  ("grad_share", "gradient share of the bin (late updates)", 1.0))
+        for ax, (metric, label, scale) in zip(axes, panels):
+            for (g, variant, upr), p in profiles.items():
+                if g != group:
+                    continue
+                ax.plot(range(NUM_BINS), [scale * v for v in p[metric]], marker="o", ms=4,
+                        ls="-" if upr == most else "--", label=f"{variant}, upr {upr} (n={p['runs']})")
+            ax.set_xlabel("bin of current probability (0 = least likely)")
+            ax.set_ylabel(label)
+            ax.set_xticks(range(NUM_BINS))
+        legend(axes[2], fontsize=7, loc="upper left")
+        out = Path(plot_dir) / f"{group}_mechanism.png"
+        written.append(save_figure(plt, fig, str(out), f"{group}: the mechanism, {most} against fewer updates per rollout"))
+    return written
