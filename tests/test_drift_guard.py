@@ -217,6 +217,7 @@ def test_a_guard_that_always_acts_applies_only_each_rollouts_first_update(tmp_pa
     trainer.create_model_card(model_name="tiny")
     card = (tmp_path / "cut" / "README.md").read_text()
     assert "| drift guard | ratio_std > 1e-09: cut 2 of 2 rollouts short, 2 of 8 updates applied |" in card
+    assert "| drift guard, as measured | SmolLM2-135M" in card  # what the study measured, beside what this run did
 
 
 def test_the_report_states_the_guard(tmp_path):
