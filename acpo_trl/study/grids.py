@@ -319,10 +319,10 @@ LONG_TASK_VARIANTS = (  # in the issue's order of priority
 LONG_TASK_SEEDS = {"acpo": 8, "dapo": 8, "ppo_clip": 8, "dcpo": 8, "bin_clip": 6}
 # Wall seconds with another run beside it (2 cores, one thread each) at lr 1e-6: a rollout with its updates and
 # gradient diagnostics (upr 2: the grid's seed-0 run, 3,157 s of steps / 8 rollouts, its one gradient measurement per
-# rollout over 32 completions ~150 s of it; upr 16: the drift measurement's 1,799 s / 4 rollouts without them, plus
-# two measurements over 4 completions, ~20 s each, scaled from upr 2's); one evaluation of the 100 held-out problems
-# x 4 (the gain pilot's two in training: 904 s); a run's start and end.
-LONG_TASK_SECONDS = {"rollout": {2: 395.0, 16: 490.0}, "eval": 452.0, "start": 100.0}
+# rollout over 32 completions ~150 s of it; upr 16: the seed-0 run's 2,462 s less its evaluation and start, / 8
+# rollouts, two measurements over 4 completions each); one evaluation of the 100 held-out problems x 4 (the gain
+# pilot's two in training: 904 s); a run's start and end.
+LONG_TASK_SECONDS = {"rollout": {2: 395.0, 16: 240.0}, "eval": 452.0, "start": 100.0}
 
 
 def estimate_long_task_seconds(specs: list[RecipeRunSpec], jobs: int = 2) -> float:
