@@ -57,9 +57,9 @@ from ..utils.number_checks import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, argument
 from .recipe import DEFAULT_LAUNCHER, RecipeRunSpec, recipe_grid
 from .grids import (ALPHAS, DRIFT_LEVELS, DRIFT_VARIANTS, PAPER_METHODS, REAL_MODEL_LEVELS, REAL_MODEL_RECIPE,
                     REAL_MODEL_VARIANTS, SECOND_TASK_RECIPE, UPRS, ablation_grid, ablation_hypotheses, build_grid,
-                    drift_grid, estimate_real_model_seconds, estimate_seconds, guard_grid, is_near_reference,
-                    LONG_TASK_RECIPE, LONG_TASK_VARIANTS, estimate_long_task_seconds, long_task_cell, long_task_grid,
-                    quick_grid, real_model_grid, second_task_grid)
+                    drift_grid, estimate_recipe_seconds, estimate_seconds, guard_grid, is_near_reference,
+                    LONG_TASK_RECIPE, LONG_TASK_SECONDS, LONG_TASK_VARIANTS, REAL_MODEL_SECONDS, long_task_cell,
+                    long_task_grid, quick_grid, real_model_grid, second_task_grid)
 from .results import group_of, is_done, load_results
 from .runner import block, check_reproduces, open_blocks, run_grid, work
 from .testbed import RunSpec, pin_cpu_kernels
@@ -119,19 +119,17 @@ def _specs(args) -> list:
 
 
 def _estimate(specs: list, jobs: int) -> float:
-    if specs and all(isinstance(s, RecipeRunSpec) and s.recipe == LONG_TASK_RECIPE and s.rollout for s in specs):
-        for method, upr in dict.fromkeys((s.method, s.upr) for s in specs):  # per variant and regime, in order
-            cells = [s for s in specs if (s.method, s.upr) == (method, upr)]
-            print(f"  {method}, upr {upr}: {len(cells)} runs, {estimate_long_task_seconds(cells, jobs) / 3600:.2f} h",
+    # the recipe grids whose parts were measured: their seconds, and what a printed line is per (in the grid's order)
+    measured = {LONG_TASK_RECIPE: (LONG_TASK_SECONDS, "method"), REAL_MODEL_RECIPE: (REAL_MODEL_SECONDS, "group"),
+                SECOND_TASK_RECIPE: (REAL_MODEL_SECONDS, "group")}
+    grids = [measured.get(s.recipe) if isinstance(s, RecipeRunSpec) and s.rollout else None for s in specs]
+    if grids and None not in grids and all(grid == grids[0] for grid in grids):
+        seconds, per = grids[0]
+        for name, upr in dict.fromkeys((getattr(s, per), s.upr) for s in specs):  # per line and regime, in order
+            cells = [s for s in specs if (getattr(s, per), s.upr) == (name, upr)]
+            print(f"  {name}, upr {upr}: {len(cells)} runs, {estimate_recipe_seconds(cells, seconds, jobs) / 3600:.2f} h",
                   flush=True)
-        return estimate_long_task_seconds(specs, jobs)
-    if specs and all(isinstance(s, RecipeRunSpec) and s.recipe in (REAL_MODEL_RECIPE, SECOND_TASK_RECIPE) and s.rollout
-                     for s in specs):
-        for group, upr in dict.fromkeys((s.group, s.upr) for s in specs):  # per level and regime, in the grid's order
-            cells = [s for s in specs if (s.group, s.upr) == (group, upr)]
-            print(f"  {group}, upr {upr}: {len(cells)} runs, {estimate_real_model_seconds(cells, jobs) / 3600:.2f} h",
-                  flush=True)
-        return estimate_real_model_seconds(specs, jobs)
+        return estimate_recipe_seconds(specs, seconds, jobs)
     if any(not isinstance(s, RunSpec) for s in specs):
         return math.nan  # a recipe's run time depends on the model and the hardware
     return sum(estimate_seconds([s], SECONDS_PER_STEP.get(s.task, SECONDS_PER_STEP["add2"]), jobs=jobs) for s in specs)
@@ -408,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
                      and not is_done(s, args.out) and (not args.methods or "dapo" in args.methods)]
         if undecided:
             dapo = [long_task_cell(LONG_TASK_VARIANTS[1], 2, s.seed) for s in undecided]
-            print(f"  and up to {len(dapo)} runs of dapo at upr 2, {estimate_long_task_seconds(dapo, args.jobs) / 3600:.2f} "
+            print(f"  and up to {len(dapo)} runs of dapo at upr 2, {estimate_recipe_seconds(dapo, LONG_TASK_SECONDS, args.jobs) / 3600:.2f} "
                   "h, for the seeds whose ACPO alpha 3 run there moves a token outside [0.8, 1.2] (DAPO's clip could "
                   "bind; docs/RESULTS.md, \"A task with long, worked completions\")", flush=True)
     if args.command == "plan":
@@ -428,7 +426,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(specs)} runs once the reference runs decided the cells at 2 updates per rollout", flush=True)
     failed = run_grid(specs, args.out, cache, jobs=args.jobs, log=lambda m: print(m, flush=True))
     if args.long_task:  # the finished reference runs at 2 updates per rollout decide DAPO's cells there
-        decided = [s for s in _specs(args) if s.run_id not in {spec.run_id for spec in specs}]
+        queued = {spec.run_id for spec in specs}
+        decided = [s for s in _specs(args) if s.run_id not in queued]
         failed += run_grid(decided, args.out, cache, jobs=args.jobs, log=lambda m: print(m, flush=True))
     print(f"grid finished in {time.time() - start:.0f} s; {len(failed)} failed: {failed}", flush=True)
     if left:

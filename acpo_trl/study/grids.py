@@ -136,11 +136,12 @@ REAL_MODEL_VARIANTS = (
 REAL_MODEL_SECONDS = {"rollout": {2: 26.0, 16: 58.0}, "eval": 35.0, "start": 25.0}
 
 
-def estimate_real_model_seconds(specs: list[RecipeRunSpec], jobs: int = 2) -> float:
-    """Wall time of real-model cells, ``jobs`` at a time: each cell's start, rollouts and two evaluations (halfway
-    and after), plus one before-training evaluation per seed (its cells share it)."""
-    seconds = REAL_MODEL_SECONDS
-    total = sum(seconds["start"] + s.rollouts * seconds["rollout"][s.upr] + 2 * seconds["eval"] for s in specs)
+def estimate_recipe_seconds(specs: list[RecipeRunSpec], seconds: dict, jobs: int = 2) -> float:
+    """Wall time of recipe cells that sample ``rollouts`` rollouts, ``jobs`` at a time, from ``seconds`` (a grid's
+    measured parts, e.g. ``REAL_MODEL_SECONDS``): each cell's start, rollouts and evaluations (one every
+    ``eval_steps``, the last one after training), plus one before-training evaluation per seed (its cells share it)."""
+    total = sum(seconds["start"] + s.rollouts * seconds["rollout"][s.upr] + s.num_steps // s.eval_steps * seconds["eval"]
+                for s in specs)
     return (total + len({s.seed for s in specs}) * seconds["eval"]) / jobs
 
 
@@ -323,14 +324,6 @@ LONG_TASK_SEEDS = {"acpo": 8, "dapo": 8, "ppo_clip": 8, "dcpo": 8, "bin_clip": 6
 # rollouts, two measurements over 4 completions each); one evaluation of the 100 held-out problems x 4 (the gain
 # pilot's two in training: 904 s); a run's start and end.
 LONG_TASK_SECONDS = {"rollout": {2: 395.0, 16: 240.0}, "eval": 452.0, "start": 100.0}
-
-
-def estimate_long_task_seconds(specs: list[RecipeRunSpec], jobs: int = 2) -> float:
-    """Wall time of long-task cells, ``jobs`` at a time: each cell's start, rollouts and one evaluation (after), plus
-    one before-training evaluation per seed (its cells share it)."""
-    seconds = LONG_TASK_SECONDS
-    total = sum(seconds["start"] + s.rollouts * seconds["rollout"][s.upr] + seconds["eval"] for s in specs)
-    return (total + len({s.seed for s in specs}) * seconds["eval"]) / jobs
 
 
 def long_task_cell(variant: tuple, upr: int, seed: int) -> RecipeRunSpec:
