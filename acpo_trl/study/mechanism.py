@@ -21,13 +21,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from .results import group_of
+from .table import _clip_metric, _mean
 
 NUM_BINS = 5
-
-
-def _mean(values) -> float:
-    values = [v for v in values if v is not None and math.isfinite(v)]
-    return sum(values) / len(values) if values else math.nan
 
 
 def _late(k: int, upr: int) -> bool:
@@ -44,10 +40,8 @@ def _run_profile(result: dict) -> dict[str, list[float]]:
         return [v for kb, v in bins.get(metric, {}).items()
                 if kb.endswith(f",{b}") and _late(int(kb.split(",")[0]), upr)]
 
-    # own clip fractions (clip_frac_*); a run logged before they were recorded has ACPO's rule's only
-    sign_metric = {s: (f"clip_frac_{s}" if f"clip_frac_{s}" in bins else f"acpo_clip_frac_{s}") for s in ("pos", "neg")}
     share_tokens = [_mean(late_cells("token_frac", b)) for b in range(NUM_BINS)]
-    clip = [_mean([_mean(late_cells(sign_metric[s], b)) for s in ("pos", "neg")]) for b in range(NUM_BINS)]
+    clip = [_mean([_mean(late_cells(_clip_metric([result], s), b)) for s in ("pos", "neg")]) for b in range(NUM_BINS)]
     share = []
     for b in range(NUM_BINS):
         by_k = [sum(grad_k.get(f"share/bin{b}/{s}", {}).get(k, 0.0) for s in ("pos", "neg"))

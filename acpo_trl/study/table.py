@@ -19,7 +19,6 @@ from pathlib import Path
 
 from ..training.drift_guard import FALLBACK, OWN, UNDECIDED
 from .drift import k3_at_ratio_std
-from .mechanism import mechanism_table
 from .results import group_of
 
 
@@ -524,6 +523,8 @@ def testbeds_table(results: list[dict]) -> list[str]:
 def write_table(results: list[dict], path: str | Path | None = None, hypotheses: dict[str, str] | None = None) -> str:
     """The Markdown tables (all runs; then without the collapsed ones; the ablation's verdicts for the variants of
     ``hypotheses``, {row: hypothesis}); written to ``path`` when given."""
+    from .mechanism import mechanism_table  # imported here: that module builds on this one's helpers
+
     lines = [
         "## Results of the study grid",
         "",
