@@ -124,6 +124,15 @@ def test_guard_table_pairs_guarded_runs_with_the_unguarded_ones():
             run["drift_guard"] = summary
     text = "\n".join(guard_table(results))
     assert "| ratio_std > 0.3 on >= 16 tokens | 2 |" in text and "| 6/16 | 6 / 8 / 2 | 4.0 |" in text
+    assert "Guard rules against each other" not in text  # one rule per method and regime: nothing to pair
+    for seed, acc in enumerate([0.30, 0.40]):  # a second rule on the same method and regime, 5 points below
+        run = _result("add1", "dapo(drift_guard=kl)", 16, seed, acc)
+        run["spec"].update(options=[["drift_guard", "kl"], ["drift_guard_threshold", 0.07],
+                                    ["drift_guard_min_tokens", 16]], steps=8)
+        results.append({**run, "seconds": 60.0, "drift_guard": summary})
+    text = "\n".join(guard_table(results))
+    assert ("| add1 | `dapo` | 16 | kl > 0.07 on >= 16 tokens | ratio_std > 0.3 on >= 16 tokens | -5.0 [-5.0, -5.0] "
+            "| 2 |") in text
 
 
 def test_drop_interval_and_the_across_tasks_summary():

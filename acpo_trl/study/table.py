@@ -15,6 +15,7 @@ import json
 import math
 import random
 from collections import Counter, defaultdict
+from itertools import combinations
 from pathlib import Path
 
 from ..training.drift_guard import FALLBACK, OWN, UNDECIDED
@@ -227,6 +228,16 @@ def ablation_table(results: list[dict], summary: dict, hypotheses: dict[str, str
             "|---|---|---|---|---|---|---|---|---|", *rows, ""]
 
 
+def _difference(a: dict[int, float], b: dict[int, float]) -> str:
+    """``a - b`` over their common seeds in points, with its paired 95% interval (none from one seed)."""
+    seeds = sorted(a.keys() & b.keys())
+    if not seeds:
+        return "–"
+    lo, hi = difference_interval(a, b)
+    ci = "" if math.isnan(lo) else f" [{100 * lo:+.1f}, {100 * hi:+.1f}]"
+    return f"{100 * sum(a[s] - b[s] for s in seeds) / len(seeds):+.1f}{ci}"
+
+
 def _guard_options(result: dict) -> dict:
     return {name: value for name, value in result["spec"].get("options") or () if name.startswith("drift_guard")}
 
@@ -235,7 +246,8 @@ def guard_table(results: list[dict]) -> list[str]:
     """The drift guard's runs, per level and method, paired by seed with the same method's unguarded runs (same
     alpha and clip, no other option): the final accuracy difference to the unguarded runs in the same regime and
     to those at the smallest number of updates per rollout, with 95% intervals; collapses; how often the guard cut
-    a rollout short and the optimizer steps it applied; the wall time per run."""
+    a rollout short and the optimizer steps it applied; the wall time per run. Then each pair of guard rules run
+    on the same method and regime, against each other by seed."""
     guarded = [r for r in results if r.get("drift_guard")]
     if not guarded:
         return []
@@ -253,7 +265,7 @@ def guard_table(results: list[dict]) -> list[str]:
              "collapsed (guarded / unguarded) | cut | steps applied | updates per rollout (mean) | on <= 1 bin-0 "
              "token | decided on own / fallback / none | last rollout | wall s |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    groups = defaultdict(list)
+    groups, arms = defaultdict(list), defaultdict(dict)
     for r in guarded:
         spec = r["spec"]
         guard = _guard_options(r)
@@ -270,16 +282,9 @@ def guard_table(results: list[dict]) -> list[str]:
         plain = [r for r in results if same_method(r)]
         near_upr = min((r["spec"]["upr"] for r in plain), default=upr)
         by_seed = {r["spec"]["seed"]: r["final_sampled"] for r in runs}
+        arms[(group, method, alpha, clip, upr)][rule] = by_seed
         same = {r["spec"]["seed"]: r for r in plain if r["spec"]["upr"] == upr}
         near = {r["spec"]["seed"]: r["final_sampled"] for r in plain if r["spec"]["upr"] == near_upr}
-
-        def difference(other: dict[int, float]) -> str:
-            seeds = sorted(by_seed.keys() & other.keys())
-            if not seeds:
-                return "–"
-            lo, hi = difference_interval(by_seed, other)
-            ci = "" if math.isnan(lo) else f" [{100 * lo:+.1f}, {100 * hi:+.1f}]"
-            return f"{100 * sum(by_seed[s] - other[s] for s in seeds) / len(seeds):+.1f}{ci}"
 
         steps = sum(r["spec"]["steps"] for r in runs)
         rollouts = sum(len(r["drift_guard"]["updates_per_rollout"]) for r in runs)
@@ -292,7 +297,8 @@ def guard_table(results: list[dict]) -> list[str]:
         last = _mean([r["drift_guard"]["updates_per_rollout"][-1] for r in runs])
         lines.append(
             f"| {group} | `{method}` | {upr} | {rule} | {len(runs)} | {_mean(list(by_seed.values())):.3f} | "
-            f"{difference({s: r['final_sampled'] for s, r in same.items()})} | upr {near_upr}: {difference(near)} | "
+            f"{_difference(by_seed, {s: r['final_sampled'] for s, r in same.items()})} | "
+            f"upr {near_upr}: {_difference(by_seed, near)} | "
             f"{sum(r['collapsed'] for r in runs)}/{len(runs)} / "
             f"{sum(r['collapsed'] for r in unguarded_same)}/{len(unguarded_same)} | "
             f"{sum(r['drift_guard']['rollouts_cut'] for r in runs)}/{rollouts} | "
@@ -300,6 +306,17 @@ def guard_table(results: list[dict]) -> list[str]:
             f"{few}/{len(measured)} | {decided} | {last:.1f} | "
             f"{_mean([r['seconds'] for r in runs]):.0f} / {_mean([r['seconds'] for r in unguarded_same]):.0f} |")
     lines.append("")
+    pairs = [(key, a, b) for key, rules in sorted(arms.items(), key=lambda kv: kv[0][:2] + kv[0][4:])
+             for a, b in combinations(sorted(rules), 2) if rules[a].keys() & rules[b].keys()]
+    if pairs:
+        lines += ["Guard rules against each other (same method and regime, paired by seed; points, mean [95% "
+                  "interval]):", "", "| task | variant | upr | guard | - guard | difference | seeds |",
+                  "|---|---|---|---|---|---|---|"]
+        for key, a, b in pairs:
+            (group, method, _, _, upr), first, second = key, arms[key][a], arms[key][b]
+            lines.append(f"| {group} | `{method}` | {upr} | {a} | {b} | {_difference(first, second)} | "
+                         f"{len(first.keys() & second.keys())} |")
+        lines.append("")
     for task in sorted({r["spec"]["task"] for r in guarded}):
         found = k3_at_ratio_std([r for r in results if r["spec"]["task"] == task])
         if found["runs"]:
