@@ -74,7 +74,8 @@ def write_report(path: str, script_args, training_args, model_name: str, before:
 # What the guard did in the study (docs/RESULTS.md, "The guard on enough tokens"; acpo-study report --out study/smollm2)
 GUARD_MEASURED = ("| drift guard, as measured | SmolLM2-135M, 16 updates per rollout, ratio_std at 0.3 with the token rule, "
                   "8 seeds: at lr 1e-6 it cut 1-6 of 128 rollouts and ended where unguarded runs did; at lr 2e-5 it "
-                  "collapsed 2 of 8 runs (unguarded 3-5) and ended 48-54 points below 2 updates per rollout |")
+                  "collapsed 2 of 8 runs (unguarded 3-5) and ended 48-54 points below 2 updates per rollout; kl at 0.07 "
+                  "decided alike |")
 
 
 def acpo_card_section(args: ACPOConfig, task: str | None, guard: DriftGuard | None = None, steps: int = 0) -> str:
