@@ -514,7 +514,8 @@ def testbeds_table(results: list[dict]) -> list[str]:
     mean step-0 held-out accuracy; where a group holds several, each variant's drop on each warm-up alone."""
     cells: dict = defaultdict(list)
     for r in results:
-        cells[(group_of(r), r.get("warmup_digest") or ("none (a recipe's model)" if r["spec"].get("recipe")
+        recipe = r["spec"].get("recipe")
+        cells[(group_of(r), r.get("warmup_digest") or (f"`model_name_or_path` of {recipe}" if recipe
                                                         else "not recorded"))].append(r)
     lines = ["## Testbeds (the warm-up each run started from)", "",
              "| task | warm-up | seeds | runs | step-0 sampled accuracy |", "|---|---|---|---|---|"]
