@@ -515,8 +515,8 @@ def testbeds_table(results: list[dict]) -> list[str]:
     cells: dict = defaultdict(list)
     for r in results:
         recipe = r["spec"].get("recipe")
-        cells[(group_of(r), r.get("warmup_digest") or (f"`model_name_or_path` of {recipe}" if recipe
-                                                        else "not recorded"))].append(r)
+        start = r.get("warmup_digest") or (f"`model_name_or_path` of {recipe}" if recipe else "not recorded")
+        cells[(group_of(r), start)].append(r)
     lines = ["## Testbeds (the warm-up each run started from)", "",
              "| task | warm-up | seeds | runs | step-0 sampled accuracy |", "|---|---|---|---|---|"]
     for (task, digest), runs in sorted(cells.items()):
