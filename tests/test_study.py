@@ -867,9 +867,9 @@ def test_long_task_run_adds_dapo_at_2_updates_once_the_reference_runs_decide(tmp
 
 def test_mechanism_section_and_figure_from_the_runs_gradient_shares_per_update_index(tmp_path):
     """Per variant and regime: the ratio std at a rollout's last update, the clip % and the gradient share per bin
-    over the late updates (k >= upr / 2), the dominant bin; runs without per-k shares, or a group at one regime,
-    give no section."""
-    from acpo_trl.study.mechanism import mechanism_profiles, mechanism_table, plot_mechanism
+    over the late updates (k >= upr / 2), the dominant bin, bins 0-1's share early and late; runs without per-k
+    shares, or a group at one regime, give no section."""
+    from acpo_trl.study.mechanism import low_share_by_k, mechanism_profiles, mechanism_table, plot_mechanism
 
     def result(variant, upr, seed, low_share):
         late = upr - 1
@@ -892,7 +892,9 @@ def test_mechanism_section_and_figure_from_the_runs_gradient_shares_per_update_i
     assert profiles[("long", "acpo", 2)]["ratio_std_last"][0] == pytest.approx(0.0625)  # at k = 1
     table = "\n".join(mechanism_table(results))
     assert "| long | `dapo` | 16 | 1 | 0.500 / 0.400 / 0.300 / 0.200 / 0.100 | 25.0 / 0.0 / 0.0 / 0.0 / 0.0 |" in table
-    assert "0.60 / 0.10 / 0.10 / 0.10 / 0.10 | 0 |" in table and "| 0.15 / 0.21 / 0.21 / 0.21 / 0.21 | 1 |" in table
+    assert "0.60 / 0.10 / 0.10 / 0.10 / 0.10 | 0 | 0.40 → 0.70 |" in table
+    assert "| 0.15 / 0.21 / 0.21 / 0.21 / 0.21 | 1 | 0.40 → 0.36 |" in table  # bins 0-1 at k = 0, then k = 15
+    assert low_share_by_k(results)[("long", "acpo", 16)] == {0: pytest.approx(0.4), 15: pytest.approx(0.3625)}
     assert mechanism_table([r for r in results if r["spec"]["upr"] == 16]) == []  # one regime: nothing to compare
     (png,) = plot_mechanism(results, tmp_path)
     assert png.endswith("long_mechanism.png") and (tmp_path / "long_mechanism.png").stat().st_size > 10_000

@@ -11,7 +11,9 @@ Per task, variant and regime (updates per rollout), means over seeds of each run
   |g_used|^2, summing to 1 over bins), over the late updates, and the **dominant bin**, the one with the largest share.
 
 The late updates are k >= upr // 2, the second half of a rollout (k = 1 at 2 updates per rollout), where the drift
-the paper describes has built up; k = 0 is on-policy (r = 1), where no clip binds.
+the paper describes has built up; k = 0 is on-policy (r = 1), where no clip binds. The figure adds, against k itself,
+the gradient share of the low-probability tokens (bins 0-1, current probability below 2 / 5): whether it falls as a
+rollout's updates go on is the paper's reversal seen within one rollout.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from .results import group_of
 from .table import _clip_metric, _mean
 
 NUM_BINS = 5
+LOW_BINS = (0, 1)
 
 
 def _late(k: int, upr: int) -> bool:
@@ -68,6 +71,20 @@ def mechanism_profiles(results: list[dict]) -> dict[tuple[str, str, int], dict]:
     return profiles
 
 
+def low_share_by_k(results: list[dict]) -> dict[tuple[str, str, int], dict[int, float]]:
+    """{(group, variant, upr): {k: mean over runs of the gradient share of bins LOW_BINS at update index k}}, for the
+    runs that logged the shares per k."""
+    per_k: dict = defaultdict(lambda: defaultdict(list))
+    for r in results:
+        grad_k = r.get("diagnostics", {}).get("grad_k", {})
+        keys = [f"share/bin{b}/{s}" for b in LOW_BINS for s in ("pos", "neg")]
+        if all(key in grad_k for key in keys):
+            for k in set().union(*(grad_k[key] for key in keys)):
+                per_k[(group_of(r), r["variant"], r["spec"]["upr"])][int(k)].append(
+                    sum(grad_k[key].get(k, 0.0) for key in keys))
+    return {cell: {k: _mean(v) for k, v in sorted(by_k.items())} for cell, by_k in sorted(per_k.items())}
+
+
 def dominant_bin(shares: list[float]) -> int | None:
     """The bin with the largest gradient share (the least likely one on a tie), or None when none is defined."""
     finite = [(v, -b) for b, v in enumerate(shares) if math.isfinite(v)]
@@ -88,21 +105,29 @@ def mechanism_table(results: list[dict]) -> list[str]:
              "Means over seeds, per current-probability bin 0..4 (0 = least likely): the ratio std at the last update "
              "of a rollout; over the late updates (k >= upr / 2; k = 1 at 2 updates per rollout) the method's own clip "
              "% (both advantage signs) and the gradient share of the bin's tokens (<g_bin, g_used> / |g_used|^2, "
-             "summing to 1; acpo_trl/study/mechanism.py); dominant: the bin with the largest share.", "",
+             "summing to 1; acpo_trl/study/mechanism.py); dominant: the bin with the largest share; bins 0-1: their "
+             "summed share over the early updates (k < upr / 2) and the late ones.", "",
              "| task | variant | upr | runs | ratio std at k = upr - 1 | clip % (late) | gradient share (late) | "
-             "dominant bin | token share (late) |", "|---|---|---|---|---|---|---|---|---|"]
+             "dominant bin | bins 0-1 share, early → late | token share (late) |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    by_k = low_share_by_k(results)
     for (group, variant, upr), p in profiles.items():
         dominant = dominant_bin(p["grad_share"])
+        low = by_k.get((group, variant, upr), {})
+        early, late = (_mean([v for k, v in low.items() if _late(k, upr) == part]) for part in (False, True))
         lines.append(f"| {group} | `{variant}` | {upr} | {p['runs']} | {row(p['ratio_std_last'], lambda v: f'{v:.3f}')} "
                      f"| {row(p['clip'], lambda v: f'{100 * v:.1f}')} | {row(p['grad_share'], lambda v: f'{v:.2f}')} | "
-                     f"{'–' if dominant is None else dominant} | {row(p['token_frac'], lambda v: f'{100 * v:.1f}')} |")
+                     f"{'–' if dominant is None else dominant} | {row([early], lambda v: f'{v:.2f}')} → "
+                     f"{row([late], lambda v: f'{v:.2f}')} | {row(p['token_frac'], lambda v: f'{100 * v:.1f}')} |")
     return lines + [""]
 
 
 def plot_mechanism(results: list[dict], plot_dir: str | Path) -> list[str]:
-    """Per group, one figure of three panels against the bin: ratio std at the last update, clip % and gradient
-    share over the late updates, one line per (variant, regime) (solid: the most updates per rollout). Returns the
-    PNG paths."""
+    """Per group, one figure of four panels: against the bin, the ratio std at the last update, the clip % and the
+    gradient share over the late updates, one line per (variant, regime) (a colour per variant; solid: the most
+    updates per rollout);
+    against the update index k, the low-probability bins' gradient share at the most updates per rollout. Returns
+    the PNG paths."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -110,24 +135,36 @@ def plot_mechanism(results: list[dict], plot_dir: str | Path) -> list[str]:
 
     from ..diagnostics.plots import legend, save_figure
 
-    profiles = mechanism_profiles(results)
+    profiles, by_k = mechanism_profiles(results), low_share_by_k(results)
     written = []
     for group in sorted({key[0] for key in profiles}):
-        fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
+        fig, axes = plt.subplots(1, 4, figsize=(20, 4.2))
         most = max(upr for g, _, upr in profiles if g == group)
+        colors: dict[str, str] = {}  # one colour per variant, the regime by the line style
+        for g, variant, _ in profiles:
+            if g == group:
+                colors.setdefault(variant, f"C{len(colors)}")
         panels = (("ratio_std_last", "ratio std at the last update of a rollout", 1.0),
                   ("clip", "clip % of the bin's tokens (late updates)", 100.0),
                   ("grad_share", "gradient share of the bin (late updates)", 1.0))
-        for ax, (metric, label, scale) in zip(axes, panels):
+        for ax, (metric, label, scale) in zip(axes[:3], panels):
             for (g, variant, upr), p in profiles.items():
                 if g != group:
                     continue
-                ax.plot(range(NUM_BINS), [scale * v for v in p[metric]], marker="o", ms=4,
+                ax.plot(range(NUM_BINS), [scale * v for v in p[metric]], marker="o", ms=4, color=colors[variant],
                         ls="-" if upr == most else "--", label=f"{variant}, upr {upr} (n={p['runs']})")
             ax.set_xlabel("bin of current probability (0 = least likely)")
             ax.set_ylabel(label)
             ax.set_xticks(range(NUM_BINS))
+        for (g, variant, upr), p in profiles.items():
+            if g == group and upr == most:
+                ks = sorted(by_k[(g, variant, upr)])
+                axes[3].plot(ks, [by_k[(g, variant, upr)][k] for k in ks], marker="o", ms=4, color=colors[variant],
+                             label=f"{variant} (n={p['runs']})")
+        axes[3].set_xlabel(f"update index k within a rollout (upr {most})")
+        axes[3].set_ylabel(f"gradient share of bins {LOW_BINS[0]}-{LOW_BINS[-1]}")
         legend(axes[2], fontsize=7, loc="upper left")
+        legend(axes[3], fontsize=7, loc="upper left")
         out = Path(plot_dir) / f"{group}_mechanism.png"
         written.append(save_figure(plt, fig, str(out), f"{group}: the mechanism, {most} against fewer updates per rollout"))
     return written
