@@ -79,6 +79,8 @@ def test_variants_paired_by_seed():
     text = "\n".join(variant_pairs_table(summarize(results)))
     assert "| add1 | 2 | `acpo` - `dapo` | +5.0 [+5.0, +5.0] | 4 | 5.0, 5.0, 5.0, 5.0 |" in text
     assert "| add1 | 16 | `acpo` - `dapo` | +15.0 [+15.0, +15.0] | 4 | 15.0, 15.0, 15.0, 15.0 |" in text
+    assert "| add1 | 16 - 2 | `acpo` | +10.0 [+10.0, +10.0] | 4 | 10.0, 10.0, 10.0, 10.0 |" in text  # across regimes
+    assert "| add1 | 16 - 2 | `dapo` | +0.0 [+0.0, +0.0] | 4 |" in text
     results = [r for r in results if not (r["variant"] == "dapo" and r["spec"]["seed"] == 1)]
     results += [_result("add1", "dapo", upr, 1, 0.40) for upr in (2, 16)]
     text = "\n".join(variant_pairs_table(summarize(results)))

@@ -132,28 +132,37 @@ def difference_interval(a: dict[int, float], b: dict[int, float], resamples: int
 
 
 def variant_pairs_table(summary: dict) -> list[str]:
-    """Per task and regime, every pair of variants: the mean difference of their final accuracy over the seeds
-    both ran, in points, with its seed-paired 95% bootstrap interval and each seed's own difference."""
+    """Per task and regime, every pair of variants, then every variant against itself at the fewest updates per
+    rollout: the mean difference of their final accuracy over the seeds both ran, in points, with its seed-paired 95%
+    bootstrap interval and each seed's own difference."""
     lines = ["## Variants paired by seed", "",
              "Final sampled accuracy of the first variant minus the second's, in points (mean over the seeds both ran, "
              "each seed's two runs from the same model on the same prompts), with a 95% bootstrap interval "
-             "resampling seeds with their pair of runs, and the difference of each seed in seed order.", "",
+             "resampling seeds with their pair of runs, and the difference of each seed in seed order; then each "
+             "variant at more updates per rollout minus itself at the fewest (upr: more - fewest; the regimes sample "
+             "as many completions).", "",
              "| task | upr | first - second | difference [95% CI] | seeds | per seed |", "|---|---|---|---|---|---|"]
+
+    def row(task, upr, label, a, b):
+        seeds = sorted(a.keys() & b.keys())
+        if seeds:
+            per_seed = [a[s] - b[s] for s in seeds]
+            lo, hi = difference_interval(a, b)
+            ci = "" if math.isnan(lo) else f" [{100 * lo:+.1f}, {100 * hi:+.1f}]"
+            lines.append(f"| {task} | {upr} | {label} | {100 * sum(per_seed) / len(seeds):+.1f}{ci} | {len(seeds)} | "
+                         f"{', '.join(f'{100 * d:.1f}' for d in per_seed)} |")
+
     for task, data in summary.items():
-        variants = sorted(data["rows"])
+        variants, fewest = sorted(data["rows"]), min(data["uprs"])
+        by_seed = {(v, upr): data["rows"][v]["regimes"][upr]["by_seed"] for v in variants for upr in data["uprs"]}
         for upr in data["uprs"]:
             for i, first in enumerate(variants):
                 for second in variants[i + 1:]:
-                    a = data["rows"][first]["regimes"][upr]["by_seed"]
-                    b = data["rows"][second]["regimes"][upr]["by_seed"]
-                    seeds = sorted(a.keys() & b.keys())
-                    if not seeds:
-                        continue
-                    per_seed = [a[s] - b[s] for s in seeds]
-                    lo, hi = difference_interval(a, b)
-                    ci = "" if math.isnan(lo) else f" [{100 * lo:+.1f}, {100 * hi:+.1f}]"
-                    lines.append(f"| {task} | {upr} | `{first}` - `{second}` | {100 * sum(per_seed) / len(seeds):+.1f}"
-                                 f"{ci} | {len(seeds)} | {', '.join(f'{100 * d:.1f}' for d in per_seed)} |")
+                    row(task, upr, f"`{first}` - `{second}`", by_seed[(first, upr)], by_seed[(second, upr)])
+        for variant in variants:
+            for upr in data["uprs"]:
+                if upr != fewest:
+                    row(task, f"{upr} - {fewest}", f"`{variant}`", by_seed[(variant, upr)], by_seed[(variant, fewest)])
     return lines + [""]
 
 
