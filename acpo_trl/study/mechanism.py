@@ -33,10 +33,19 @@ def _late(k: int, upr: int) -> bool:
     return k >= upr // 2
 
 
+def _grad_k(result: dict) -> dict:
+    """The run's gradient shares per update index, ``{"share/bin{b}/{pos|neg}": {k: share}}`` (empty if not logged)."""
+    return result.get("diagnostics", {}).get("grad_k", {})
+
+
+def _share(grad_k: dict, bins, k: str) -> float:
+    """The gradient share of the tokens in ``bins``, both advantage signs, at update index k."""
+    return sum(grad_k.get(f"share/bin{b}/{s}", {}).get(k, 0.0) for b in bins for s in ("pos", "neg"))
+
+
 def _run_profile(result: dict) -> dict[str, list[float]]:
     """One run's per-bin ratio std at its last update, clip fraction and gradient share over its late updates."""
-    diags, upr = result["diagnostics"], result["spec"]["upr"]
-    bins, grad_k = diags.get("bins", {}), diags.get("grad_k", {})
+    upr, bins, grad_k = result["spec"]["upr"], result["diagnostics"].get("bins", {}), _grad_k(result)
     std = [bins.get("ratio_std", {}).get(f"{upr - 1},{b}", math.nan) for b in range(NUM_BINS)]
 
     def late_cells(metric: str, b: int) -> list[float]:
@@ -45,11 +54,8 @@ def _run_profile(result: dict) -> dict[str, list[float]]:
 
     share_tokens = [_mean(late_cells("token_frac", b)) for b in range(NUM_BINS)]
     clip = [_mean([_mean(late_cells(_clip_metric([result], s), b)) for s in ("pos", "neg")]) for b in range(NUM_BINS)]
-    share = []
-    for b in range(NUM_BINS):
-        by_k = [sum(grad_k.get(f"share/bin{b}/{s}", {}).get(k, 0.0) for s in ("pos", "neg"))
-                for k in grad_k.get(f"share/bin{b}/pos", {}) if _late(int(k), upr)]
-        share.append(_mean(by_k))
+    share = [_mean([_share(grad_k, (b,), k) for k in grad_k.get(f"share/bin{b}/pos", {}) if _late(int(k), upr)])
+             for b in range(NUM_BINS)]
     return {"ratio_std_last": std, "clip": clip, "grad_share": share, "token_frac": share_tokens}
 
 
@@ -58,7 +64,7 @@ def mechanism_profiles(results: list[dict]) -> dict[tuple[str, str, int], dict]:
     shares per update index, in groups run at more than one regime."""
     cells: dict = defaultdict(list)
     for r in results:
-        if any(key.startswith("share/") for key in r.get("diagnostics", {}).get("grad_k", {})):
+        if any(key.startswith("share/") for key in _grad_k(r)):
             cells[(group_of(r), r["variant"], r["spec"]["upr"])].append(_run_profile(r))
     regimes = defaultdict(set)
     for group, _, upr in cells:
@@ -76,12 +82,9 @@ def low_share_by_k(results: list[dict]) -> dict[tuple[str, str, int], dict[int, 
     runs that logged the shares per k."""
     per_k: dict = defaultdict(lambda: defaultdict(list))
     for r in results:
-        grad_k = r.get("diagnostics", {}).get("grad_k", {})
-        keys = [f"share/bin{b}/{s}" for b in LOW_BINS for s in ("pos", "neg")]
-        if all(key in grad_k for key in keys):
-            for k in set().union(*(grad_k[key] for key in keys)):
-                per_k[(group_of(r), r["variant"], r["spec"]["upr"])][int(k)].append(
-                    sum(grad_k[key].get(k, 0.0) for key in keys))
+        grad_k = _grad_k(r)
+        for k in grad_k.get(f"share/bin{LOW_BINS[0]}/pos", {}):
+            per_k[(group_of(r), r["variant"], r["spec"]["upr"])][int(k)].append(_share(grad_k, LOW_BINS, k))
     return {cell: {k: _mean(v) for k, v in sorted(by_k.items())} for cell, by_k in sorted(per_k.items())}
 
 
@@ -125,9 +128,8 @@ def mechanism_table(results: list[dict]) -> list[str]:
 def plot_mechanism(results: list[dict], plot_dir: str | Path) -> list[str]:
     """Per group, one figure of four panels: against the bin, the ratio std at the last update, the clip % and the
     gradient share over the late updates, one line per (variant, regime) (a colour per variant; solid: the most
-    updates per rollout);
-    against the update index k, the low-probability bins' gradient share at the most updates per rollout. Returns
-    the PNG paths."""
+    updates per rollout); against the update index k, the low-probability bins' gradient share at the most updates
+    per rollout. Returns the PNG paths."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -158,8 +160,8 @@ def plot_mechanism(results: list[dict], plot_dir: str | Path) -> list[str]:
             ax.set_xticks(range(NUM_BINS))
         for (g, variant, upr), p in profiles.items():
             if g == group and upr == most:
-                ks = sorted(by_k[(g, variant, upr)])
-                axes[3].plot(ks, [by_k[(g, variant, upr)][k] for k in ks], marker="o", ms=4, color=colors[variant],
+                low = by_k.get((g, variant, upr), {})
+                axes[3].plot(list(low), list(low.values()), marker="o", ms=4, color=colors[variant],
                              label=f"{variant} (n={p['runs']})")
         axes[3].set_xlabel(f"update index k within a rollout (upr {most})")
         axes[3].set_ylabel(f"gradient share of bins {LOW_BINS[0]}-{LOW_BINS[-1]}")
