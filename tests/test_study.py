@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 import pytest
 
@@ -474,10 +475,35 @@ def test_ablation_grid_names_its_variants_and_reuses_the_committed_cells(tmp_pat
 
 
 @pytest.mark.slow
+def test_a_recipe_cell_keys_its_start_evaluation_by_the_checkpoint_it_starts_from(tmp_path):
+    """A warm-up trained again on a CPU that rounds differently is another start: its own before-training
+    evaluation and its own digest, never an earlier checkpoint's; a Hub name keeps the plain path."""
+    import yaml
+
+    from acpo_trl.study.recipe import RecipeRunSpec, checkpoint_digest
+
+    def cell(model: str) -> RecipeRunSpec:
+        path = tmp_path / "r.yaml"
+        path.write_text(yaml.safe_dump({**yaml.safe_load(open(STUDY_RECIPE)), "model_name_or_path": model}))
+        return RecipeRunSpec(str(path), seed=2)
+
+    warm = tmp_path / "warm"
+    warm.mkdir()
+    (warm / "model.safetensors").write_bytes(b"weights of the first machine")
+    first = cell(str(warm)).before_file("out")
+    (warm / "model.safetensors").write_bytes(b"weights of the second machine")
+    second = cell(str(warm)).before_file("out")
+    assert first.parent.parent == second.parent.parent == Path("out/before/r") and first.name == "seed2.json"
+    assert first != second and second.parent.name == checkpoint_digest(str(warm))
+    assert checkpoint_digest("HuggingFaceTB/SmolLM2-135M-Instruct") is None
+    assert cell("HuggingFaceTB/SmolLM2-135M-Instruct").before_file("out") == Path("out/before/r/seed2.json")
+
+
 def test_recipe_study_runs_acpo_train_per_cell_and_reports(tmp_path, tiny_dir, capsys):
     import yaml
 
     from acpo_trl.study.cli import main
+    from acpo_trl.study.recipe import checkpoint_digest
 
     recipe = tmp_path / "toy_recipe.yaml"
     recipe.write_text(yaml.safe_dump({
@@ -487,6 +513,7 @@ def test_recipe_study_runs_acpo_train_per_cell_and_reports(tmp_path, tiny_dir, c
         "disable_tqdm": True, "output_dir": str(tmp_path / "unused"),
     }))
     out = tmp_path / "study"
+    digest = checkpoint_digest(tiny_dir)
     argv = ["run", "--recipe", str(recipe), "--out", str(out), "--methods", "acpo", "dapo", "--uprs", "1", "2",
             "--seeds", "1", "--alphas", "--eval-steps", "1", "--jobs", "2", "--plots", "some"]
     assert main(argv) == 0
@@ -496,7 +523,8 @@ def test_recipe_study_runs_acpo_train_per_cell_and_reports(tmp_path, tiny_dir, c
             result = json.loads((cell / "result.json").read_text())
             assert [e["step"] for e in result["evals"]] == [0, 1, 2]
             assert {"sampled", "pass", "truncation"} <= set(result["evals"][-1])
-            before = json.loads((out / "before" / "toy_recipe" / "seed0.json").read_text())  # shared by the cells
+            assert result["warmup_digest"] == digest  # the start: a local checkpoint
+            before = json.loads((out / "before" / "toy_recipe" / digest / "seed0.json").read_text())  # shared
             assert result["evals"][0]["sampled"] == before["eval/toy/avg@2"]
             assert not (cell / "model.safetensors").exists()
             assert f"--policy_loss {method}" in result["command"]

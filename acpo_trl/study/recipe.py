@@ -17,13 +17,17 @@ batch, vLLM, ...) is the recipe's. Two ways to set the regime:
   prompts whatever the regime.
 
 The before-training evaluation is the same for every cell of a seed (same model, held-out set and sampling seed):
-the first cell to need it writes ``<out>/before/<task>/seed<seed>.json`` and the others read it. The run's
+the first cell to need it writes ``<out>/before/<task>/seed<seed>.json`` and the others read it. A recipe that starts
+from a local checkpoint (a warm-up) keys it by the checkpoint's digest, ``<out>/before/<task>/<digest>/seed<seed>.json``,
+and each run records that digest (``warmup_digest``): a warm-up trained again on a CPU that rounds differently is
+another start, evaluated on its own, and the table lists the runs of each start. The run's
 ``metrics.jsonl`` and ``eval_before_after.json`` become the same ``result.json`` as a testbed run, so ``acpo-study
 report`` writes the same table and plots.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 import shutil
@@ -114,9 +118,15 @@ class RecipeRunSpec(GridCell):
                                 for name, value in data.get("options", ()))
         return cls(**data)
 
+    @property
+    def start_digest(self) -> str | None:
+        """:func:`checkpoint_digest` of the model the recipe starts from (None for a Hub name or ``offline:``)."""
+        return checkpoint_digest(self.config["model_name_or_path"])
+
     def before_file(self, out_dir: str | Path) -> Path:
-        """Where the cells of this recipe and seed share their before-training evaluation."""
-        return Path(out_dir) / "before" / self.task / f"seed{self.seed}.json"
+        """Where the cells of this recipe, start and seed share their before-training evaluation."""
+        digest = self.start_digest
+        return Path(out_dir) / "before" / self.task / (digest or "") / f"seed{self.seed}.json"
 
     def command(self, run_dir: Path, before_file: Path | None = None) -> list[str]:
         """The ``acpo-train`` command line of this cell."""
@@ -165,6 +175,7 @@ class RecipeRunSpec(GridCell):
             (run_dir / name).unlink(missing_ok=True)
         (run_dir / "spec.json").write_text(json.dumps(self.to_json(), indent=1))
         earlier = _earlier_attempts(run_dir, checkpoint)
+        digest = self.start_digest
         command = self.command(_relative(run_dir), _relative(self.before_file(out_dir)))
         if checkpoint is not None:
             command += ["--resume_from_checkpoint", str(_relative(checkpoint))]
@@ -179,6 +190,7 @@ class RecipeRunSpec(GridCell):
             raise RuntimeError(f"{self.run_id}: acpo-train exited with {code}:\n{tail}")
         result = write_result(self, run_dir, read_evals(run_dir, self.num_steps), start - earlier["seconds"],
                               code_at_start, command=shlex.join(command),
+                              **({"warmup_digest": digest} if digest else {}),
                               **({"resumed_at": earlier["resumed_at"]} if earlier["resumed_at"] else {}))
         for done in run_dir.glob("checkpoint-*"):
             shutil.rmtree(done)
@@ -205,6 +217,22 @@ def _earlier_attempts(run_dir: Path, checkpoint: Path | None) -> dict:
     saved = (checkpoint / "trainer_state.json").stat().st_mtime
     return {"seconds": earlier["seconds"] + max(saved - earlier["attempt_start"], 0.0),
             "resumed_at": [*earlier["resumed_at"], int(checkpoint.name.split("-")[-1])]}
+
+
+def checkpoint_digest(path: str) -> str | None:
+    """The first 12 hex digits of the sha256 of a local checkpoint's weight files (``*.safetensors``, in name
+    order), or None where ``path`` is no such folder. The same warm-up command gives another checkpoint on a CPU
+    whose kernels round differently (docs/RESULTS.md, "Reproducibility"): the digest tells the starts apart."""
+    files = sorted(Path(path).glob("*.safetensors")) if Path(path).is_dir() else []
+    if not files:
+        return None
+    digest = hashlib.sha256()
+    for file in files:
+        digest.update(file.name.encode())
+        with open(file, "rb") as f:
+            while block := f.read(1 << 24):
+                digest.update(block)
+    return digest.hexdigest()[:12]
 
 
 def _this_python(command: list[str]) -> list[str]:
