@@ -60,6 +60,9 @@ def test_table_means_drops_ranks_and_collapses():
     # each warm-up's own comparison: acpo 0.8 -> 0.6 on both; dapo 0.7 -> 0.7 on one, 0.5 -> 0.0 on the other
     assert "| add1 | `acpo` | 0123456789ab: +25.0% (1) · not recorded: +25.0% (1) |" in text
     assert "| add1 | `dapo` | 0123456789ab: +0.0% (1) · not recorded: +100.0% (1) |" in text
+    # a variant run at one regime only (or not at both on a warm-up) has no drop there: a dash, never nan
+    text = write_table([*results, _result("add1", "cispo", 8, 0, 0.5)])
+    assert "| add1 | `cispo` | – |" in text and "nan" not in text
     recipe_run = _result("long", "acpo", 16, 0, 0.3)
     recipe_run["spec"]["recipe"] = "configs/study/long.yaml"  # a recipe's run starts from the recipe's model
     assert "| long | `model_name_or_path` of configs/study/long.yaml | 0 | 1 | 0.370 |" in write_table([recipe_run])

@@ -541,8 +541,9 @@ def testbeds_table(results: list[dict]) -> list[str]:
                 parts = []
                 for digest, data in per_warmup.items():
                     row, far = data["rows"].get(variant), data["uprs"][-1]
-                    if row and len(data["uprs"]) > 1:
-                        parts.append(f"{digest}: {100 * row['drop'][far]:+.1f}% ({row['regimes'][far]['n']})")
+                    drop = row["drop"].get(far, math.nan) if row else math.nan
+                    if math.isfinite(drop):  # seeds of this variant in both regimes on this warm-up
+                        parts.append(f"{digest}: {100 * drop:+.1f}% ({row['regimes'][far]['n']})")
                 lines.append(f"| {task} | `{variant}` | {' · '.join(parts) or '–'} |")
     return lines + [""]
 
