@@ -477,7 +477,6 @@ def test_ablation_grid_names_its_variants_and_reuses_the_committed_cells(tmp_pat
         "bin_clip", "acpo"}
 
 
-@pytest.mark.slow
 def test_a_recipe_cell_keys_its_start_evaluation_by_the_checkpoint_it_starts_from(tmp_path):
     """A warm-up trained again on a CPU that rounds differently is another start: its own before-training
     evaluation and its own digest, never an earlier checkpoint's; a Hub name keeps the plain path."""
@@ -502,6 +501,7 @@ def test_a_recipe_cell_keys_its_start_evaluation_by_the_checkpoint_it_starts_fro
     assert cell("HuggingFaceTB/SmolLM2-135M-Instruct").before_file("out") == Path("out/before/r/seed2.json")
 
 
+@pytest.mark.slow
 def test_recipe_study_runs_acpo_train_per_cell_and_reports(tmp_path, tiny_dir, capsys):
     import yaml
 

@@ -35,6 +35,7 @@ import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import yaml
@@ -118,15 +119,15 @@ class RecipeRunSpec(GridCell):
                                 for name, value in data.get("options", ()))
         return cls(**data)
 
-    @property
+    @cached_property
     def start_digest(self) -> str | None:
-        """:func:`checkpoint_digest` of the model the recipe starts from (None for a Hub name or ``offline:``)."""
+        """:func:`checkpoint_digest` of the model the recipe starts from (None for a Hub name or ``offline:``); read
+        once per cell (the start file and the result both name it, and a warm-up's weights are ~0.5 GB to hash)."""
         return checkpoint_digest(self.config["model_name_or_path"])
 
     def before_file(self, out_dir: str | Path) -> Path:
         """Where the cells of this recipe, start and seed share their before-training evaluation."""
-        digest = self.start_digest
-        return Path(out_dir) / "before" / self.task / (digest or "") / f"seed{self.seed}.json"
+        return Path(out_dir) / "before" / self.task / (self.start_digest or "") / f"seed{self.seed}.json"
 
     def command(self, run_dir: Path, before_file: Path | None = None) -> list[str]:
         """The ``acpo-train`` command line of this cell."""
@@ -175,7 +176,6 @@ class RecipeRunSpec(GridCell):
             (run_dir / name).unlink(missing_ok=True)
         (run_dir / "spec.json").write_text(json.dumps(self.to_json(), indent=1))
         earlier = _earlier_attempts(run_dir, checkpoint)
-        digest = self.start_digest
         command = self.command(_relative(run_dir), _relative(self.before_file(out_dir)))
         if checkpoint is not None:
             command += ["--resume_from_checkpoint", str(_relative(checkpoint))]
@@ -190,7 +190,7 @@ class RecipeRunSpec(GridCell):
             raise RuntimeError(f"{self.run_id}: acpo-train exited with {code}:\n{tail}")
         result = write_result(self, run_dir, read_evals(run_dir, self.num_steps), start - earlier["seconds"],
                               code_at_start, command=shlex.join(command),
-                              **({"warmup_digest": digest} if digest else {}),
+                              **({"warmup_digest": self.start_digest} if self.start_digest else {}),
                               **({"resumed_at": earlier["resumed_at"]} if earlier["resumed_at"] else {}))
         for done in run_dir.glob("checkpoint-*"):
             shutil.rmtree(done)
