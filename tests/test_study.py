@@ -4,7 +4,9 @@ the real command (worker processes), its resumption, and an interrupted run redo
 from __future__ import annotations
 
 import json
+import os
 import random
+import sys
 from pathlib import Path
 
 import pytest
@@ -809,7 +811,63 @@ def test_a_cut_short_recipe_cell_resumes_from_its_checkpoint_to_the_uninterrupte
 
     assert logged(tmp_path / "cut") == logged(tmp_path / "whole")
     assert not list(run_dir.glob("checkpoint-*")) and not (run_dir / "attempts.json").exists()
-    assert 0 < resumed["seconds"]
+    assert 0 < resumed["seconds"] and 0 < whole["peak_rss_gib"] < 64
+
+
+def test_a_cells_peak_memory_is_measured_on_its_own_process():
+    """``call_measuring_memory`` returns the child's exit status and its peak resident memory: what it allocated
+    and touched, 0.5 GiB more than this process holds, not this process's peak nor an earlier child's."""
+    import resource
+
+    from acpo_trl.study.recipe import call_measuring_memory
+
+    mine = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
+    allocate = f"b = bytearray(int(({mine} + 0.5) * 2**30)); raise SystemExit(3)"
+    with open(os.devnull, "w") as null:
+        code, peak = call_measuring_memory([sys.executable, "-c", allocate], stdout=null)
+        after = call_measuring_memory([sys.executable, "-c", "pass"], stdout=null)[1]
+    assert code == 3 and mine + 0.5 < peak < mine + 0.6 and after < mine + 0.1
+
+
+def test_workers_do_not_start_a_cell_that_would_overfill_the_memory(tmp_path):
+    """Cells at 2 updates per rollout measured at 13 GiB do not run two at a time within 21.6 GiB: the second worker
+    takes the cell at 16 updates (4 GiB) instead, then waits until the first cell at 2 ends; a cell runs alone
+    whatever it needs, and an unmeasured kind counts nothing."""
+    import yaml
+
+    from acpo_trl.study.recipe import RecipeRunSpec
+    from acpo_trl.study.runner import WAIT, next_spec
+
+    recipe = tmp_path / "recipe.yaml"
+    recipe.write_text(yaml.safe_dump({"model_name_or_path": "unused", "max_steps": 4}))
+    out, logs = tmp_path / "out", []
+
+    def cell(upr, seed, rollout=None):
+        return RecipeRunSpec(str(recipe), upr=upr, seed=seed, **({"rollout": rollout, "rollouts": 2} if rollout else {}))
+
+    def finish(spec, peak=None):
+        run_dir = out / "runs" / spec.run_id
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "result.json").write_text(json.dumps({"spec": spec.to_json(), "peak_rss_gib": peak}))
+
+    finish(cell(2, 0), 13.0)
+    finish(cell(16, 0), 4.0)
+    queue = [cell(2, 1), cell(2, 2), cell(16, 1), cell(2, 3, rollout=64)]
+
+    def take(budget=21.6, session="one"):
+        return next_spec(queue, out, session, budget, log=logs.append)
+
+    assert take() == cell(2, 1)
+    assert take() == cell(16, 1)
+    assert take() == cell(2, 3, rollout=64)  # another rollout size: not measured yet
+    assert take() == WAIT and logs == [f"waiting for memory: {cell(2, 2).run_id} needs ~13.0 GiB, 17.0 of 21.6 GiB "
+                                       "held by 3 run(s) in flight"]
+    finish(cell(2, 1), 12.0)
+    assert take() == cell(2, 2)
+    for spec in queue:
+        finish(spec)
+    assert take() is None
+    assert next_spec([cell(2, 4)], out, "two", 5.0, log=logs.append) == cell(2, 4)  # alone, though over the budget
 
 
 def test_long_task_variants_are_fixed_from_the_committed_drift_measurement():

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shlex
 import shutil
 import subprocess
@@ -95,6 +96,11 @@ class RecipeRunSpec(GridCell):
     def group(self) -> str:
         """The table section: the recipe, with the learning rate when the cell sets one (a drift level)."""
         return self.task if self.lr is None else f"{self.task}@lr{self.lr:g}"
+
+    @property
+    def memory_class(self) -> tuple:
+        """Cells that need about the same memory: one recipe, regime and rollout size (the mini-batch follows)."""
+        return self.recipe, self.upr, self.rollout
 
     @property
     def num_steps(self) -> int:
@@ -167,7 +173,9 @@ class RecipeRunSpec(GridCell):
         """Run this cell (``acpo-train`` in a child process, output in ``log.txt``) and write its ``result.json``.
         With ``save_every``, a run that an earlier attempt left with a checkpoint resumes from it (the trainer's
         resume is exact; ``metrics.jsonl`` keeps the entries up to the checkpoint) and its ``seconds`` add the
-        earlier attempts' time up to their last checkpoint. (``cache_dir`` is the testbed's warm-up cache: unused.)"""
+        earlier attempts' time up to their last checkpoint. ``peak_rss_gib``: the peak resident memory of the
+        ``acpo-train`` process that finished the run, from which the grid's workers schedule the cells of the same
+        :attr:`memory_class` (runner.py). (``cache_dir`` is the testbed's warm-up cache: unused.)"""
         run_dir = Path(out_dir) / "runs" / self.run_id
         run_dir.mkdir(parents=True, exist_ok=True)
         checkpoint = latest_checkpoint(run_dir) if self.save_every else None
@@ -184,12 +192,12 @@ class RecipeRunSpec(GridCell):
         with open(run_dir / "log.txt", "a" if checkpoint else "w") as log:
             log.write(shlex.join(command) + "\n")
             log.flush()
-            code = subprocess.call(_this_python(command), stdout=log, stderr=subprocess.STDOUT)
+            code, peak_gib = call_measuring_memory(_this_python(command), stdout=log)
         if code != 0:
             tail = (run_dir / "log.txt").read_text()[-3000:]
             raise RuntimeError(f"{self.run_id}: acpo-train exited with {code}:\n{tail}")
         result = write_result(self, run_dir, read_evals(run_dir, self.num_steps), start - earlier["seconds"],
-                              code_at_start, command=shlex.join(command),
+                              code_at_start, command=shlex.join(command), peak_rss_gib=peak_gib,
                               **({"warmup_digest": self.start_digest} if self.start_digest else {}),
                               **({"resumed_at": earlier["resumed_at"]} if earlier["resumed_at"] else {}))
         for done in run_dir.glob("checkpoint-*"):
@@ -199,6 +207,21 @@ class RecipeRunSpec(GridCell):
 
 
 ATTEMPTS = "attempts.json"  # a run's earlier attempts: their time up to their last checkpoint, the steps resumed at
+
+
+def call_measuring_memory(command: list[str], stdout) -> tuple[int, float]:
+    """Run ``command`` to its end: (its exit status, the peak resident memory of its process in GiB). The peak is
+    ``wait4``'s ``ru_maxrss`` for that process alone (not this one's other children), which Linux starts at this
+    process's resident memory at the fork: the larger of the two, exact for a cell that outgrows its worker."""
+    process = subprocess.Popen(command, stdout=stdout, stderr=subprocess.STDOUT)
+    try:
+        _, status, usage = os.wait4(process.pid, 0)
+    except BaseException:
+        process.kill()
+        process.wait()
+        raise
+    process.returncode = os.waitstatus_to_exitcode(status)
+    return process.returncode, usage.ru_maxrss / 1024 ** 2  # ru_maxrss is in KiB on Linux
 
 
 def latest_checkpoint(run_dir: Path) -> Path | None:

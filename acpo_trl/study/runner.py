@@ -1,5 +1,6 @@
 """The grid driver: worker processes run the cells of a grid (testbed runs or recipe runs, each spec runs itself),
-two at a time by default, resumable.
+two at a time by default, resumable; a worker does not start a cell beside the others' if the peaks measured on
+finished cells of the same kind would overfill the memory (:func:`next_spec`).
 
 A run writes ``<out>/runs/<run_id>/``: ``spec.json``, ``metrics.jsonl`` (every training log entry, with the
 diagnostics), ``log.txt`` and, LAST, ``result.json`` (written atomically). A run with a ``result.json`` is
@@ -38,19 +39,76 @@ def _claim(spec: RunSpec, out_dir: Path, session: str) -> bool:
         return False
 
 
-def work(queue_file: str | Path, out_dir: str | Path, cache_dir: str | Path, session: str, log=print) -> None:
-    """A worker: run, in this process and in order, every spec of ``queue_file`` that is neither finished nor
-    claimed by another worker of the session. A failing run leaves ``error.txt`` and the worker goes on."""
+def memory_budget_gib() -> float:
+    """What the cells running side by side may hold together: 90% of this machine's physical memory, in GiB."""
+    return 0.9 * os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE") / 1024 ** 3
+
+
+def measured_memory(out_dir: Path) -> dict:
+    """The largest ``peak_rss_gib`` of the finished runs under ``out_dir`` per :attr:`memory_class` (recipe cells;
+    a testbed run is small and records none)."""
+    peaks = {}
+    for path in (out_dir / "runs").glob("**/result.json"):
+        result = json.loads(path.read_text())
+        if isinstance(result.get("peak_rss_gib"), (int, float)) and "recipe" in result["spec"]:
+            key = spec_from_json(result["spec"]).memory_class
+            peaks[key] = max(peaks.get(key, 0.0), result["peak_rss_gib"])
+    return peaks
+
+
+WAIT = "wait"  # what next_spec returns when every claimable cell would overfill the memory
+
+
+def next_spec(specs: list, out_dir: Path, session: str, budget_gib: float, log=print):
+    """Claim the first spec of ``specs`` that is neither finished nor claimed in this grid session and that fits
+    in the memory beside the session's runs in flight: the sum of the measured peaks of their memory classes
+    (:func:`measured_memory`; an unmeasured class counts 0) stays within ``budget_gib``. A spec runs alone
+    whatever it needs. Returns the spec, :data:`WAIT` when only specs that do not fit are left, None when nothing
+    is. Workers share ``specs`` and call this under a lock (:func:`work`), so two never claim at once."""
+    claimed = {s.run_id for s in specs if (out_dir / "runs" / s.run_id / f".claim-{session}").exists()}
+    in_flight = [s for s in specs if s.run_id in claimed and not is_done(s, out_dir)
+                 and not (out_dir / "runs" / s.run_id / "error.txt").exists()]
+    left = [s for s in specs if s.run_id not in claimed and not is_done(s, out_dir)]
+    if not left:
+        return None
+    peaks = measured_memory(out_dir) if any(hasattr(s, "memory_class") for s in left) else {}
+    need = lambda s: peaks.get(getattr(s, "memory_class", None), 0.0)  # noqa: E731
+    held = sum(need(s) for s in in_flight)
+    for spec in left:
+        if not in_flight or held + need(spec) <= budget_gib:
+            if _claim(spec, out_dir, session):
+                (out_dir / "runs" / spec.run_id / "error.txt").unlink(missing_ok=True)
+                return spec
+    log(f"waiting for memory: {left[0].run_id} needs ~{need(left[0]):.1f} GiB, {held:.1f} of {budget_gib:.1f} GiB "
+        f"held by {len(in_flight)} run(s) in flight")
+    return WAIT
+
+
+def work(queue_file: str | Path, out_dir: str | Path, cache_dir: str | Path, session: str, log=print,
+         budget_gib: float | None = None, poll_s: float = 30.0) -> None:
+    """A worker: run, in this process, the specs of ``queue_file`` that :func:`next_spec` hands it (in order, those
+    that fit the memory beside the other workers' runs first; ``budget_gib`` defaults to
+    :func:`memory_budget_gib`), waiting ``poll_s`` while none fits. A failing run leaves ``error.txt`` and the
+    worker goes on."""
+    import fcntl
     import traceback
 
     out_dir = Path(out_dir)
     specs = [spec_from_json(d) for d in json.loads(Path(queue_file).read_text())]
-    for spec in specs:
-        if is_done(spec, out_dir) or not _claim(spec, out_dir, session):
+    budget_gib = memory_budget_gib() if budget_gib is None else budget_gib
+    waiting = False
+    while True:
+        with open(Path(queue_file).with_suffix(".lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            spec = next_spec(specs, out_dir, session, budget_gib, log=log if not waiting else lambda m: None)
+        if spec is None:
+            return
+        waiting = spec == WAIT
+        if waiting:
+            time.sleep(poll_s)
             continue
         started = time.time()
         error = out_dir / "runs" / spec.run_id / "error.txt"
-        error.unlink(missing_ok=True)
         try:
             spec.run(out_dir, cache_dir)
             log(f"{spec.run_id} done in {time.time() - started:.0f} s")
@@ -107,6 +165,7 @@ def run_grid(specs: list[RunSpec] | list[RecipeRunSpec], out_dir: str | Path, ca
             for _, logfile in procs:
                 logfile.close()
         queue_file.unlink(missing_ok=True)
+        queue_file.with_suffix(".lock").unlink(missing_ok=True)
     return [s.run_id for s in specs if not is_done(s, out_dir)]
 
 
