@@ -989,3 +989,14 @@ def test_mechanism_section_and_figure_from_the_runs_gradient_shares_per_update_i
     assert mechanism_table([r for r in results if r["spec"]["upr"] == 16]) == []  # one regime: nothing to compare
     (png,) = plot_mechanism(results, tmp_path)
     assert png.endswith("long_mechanism.png") and (tmp_path / "long_mechanism.png").stat().st_size > 10_000
+
+
+def test_a_logging_option_does_not_take_a_run_off_the_drift_map():
+    """The drift map leaves out variants with options of their own (the wide clip's epsilon), not runs whose only
+    options change what is logged (the long task's ``diagnostics_grad_params``: every one of its runs)."""
+    from acpo_trl.study.drift import _map_runs
+
+    logged = {"spec": {"task": "t", "upr": 16, "options": [["diagnostics_grad_params", "layers\\.29\\."]]}}
+    variant = {"spec": {"task": "t", "upr": 16, "options": [["epsilon", 0.28]]}}
+    plain = {"spec": {"task": "t", "upr": 16}}
+    assert _map_runs([logged, variant, plain], "t", (16,)) == [logged, plain]

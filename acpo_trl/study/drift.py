@@ -191,9 +191,12 @@ def run_drift(result: dict, k: int | None = None) -> float:
 def _map_runs(results: list[dict], task: str, uprs: tuple[int, ...]) -> list[dict]:
     """The runs that make ``task``'s drift map: the grid's methods as configured, without extra options. Variants
     with options (the ablation's, the drift guard's) are compared in their own report sections and move no level's
-    drift (a guard even censors its own: a cut rollout never reaches the last update)."""
-    return [r for r in results
-            if r["spec"]["task"] == task and r["spec"]["upr"] in uprs and not r["spec"].get("options")]
+    drift (a guard even censors its own: a cut rollout never reaches the last update). Options that change only what
+    is logged (``diagnostics_*``, :func:`cell.naming_options`) do not make a variant."""
+    from .cell import naming_options
+
+    return [r for r in results if r["spec"]["task"] == task and r["spec"]["upr"] in uprs
+            and not naming_options(r["spec"].get("options", ()))]
 
 
 def drift_points(results: list[dict], task: str, upr: int = 16) -> list[tuple]:
