@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .recipe import RecipeRunSpec
-from .results import is_done
+from .results import is_done, load_results
 from .testbed import CPU_KERNELS, RunSpec, cpu_kernels, pin_cpu_kernels
 
 
@@ -48,8 +48,7 @@ def measured_memory(out_dir: Path) -> dict:
     """The largest ``peak_rss_gib`` of the finished runs under ``out_dir`` per :attr:`memory_class` (recipe cells;
     a testbed run is small and records none)."""
     peaks = {}
-    for path in (out_dir / "runs").glob("**/result.json"):
-        result = json.loads(path.read_text())
+    for result in load_results(out_dir):
         if isinstance(result.get("peak_rss_gib"), (int, float)) and "recipe" in result["spec"]:
             key = spec_from_json(result["spec"]).memory_class
             peaks[key] = max(peaks.get(key, 0.0), result["peak_rss_gib"])
@@ -71,7 +70,7 @@ def next_spec(specs: list, out_dir: Path, session: str, budget_gib: float, log=p
     left = [s for s in specs if s.run_id not in claimed and not is_done(s, out_dir)]
     if not left:
         return None
-    peaks = measured_memory(out_dir) if any(hasattr(s, "memory_class") for s in left) else {}
+    peaks = measured_memory(out_dir) if in_flight and any(hasattr(s, "memory_class") for s in left) else {}
     need = lambda s: peaks.get(getattr(s, "memory_class", None), 0.0)  # noqa: E731
     held = sum(need(s) for s in in_flight)
     for spec in left:
