@@ -336,7 +336,10 @@ def main(argv: list[str] | None = None) -> None:
     check_inputs(training_args, model_args)
     if training_args.use_cpu and script_args.low_memory:  # the tensors live in the C heap (acpo_trl/training/host_memory.py)
         cap_mmap_threshold()
-    run(script_args, training_args, model_args)
+    trainer = run(script_args, training_args, model_args)
+    # The script's end: destroy the process group, as PyTorch asks of a training script (without it, NCCL warns at
+    # every exit that the group was not destroyed; on gloo see docs/recipes.md, "Multi-node").
+    trainer.accelerator.end_training()
 
 
 if __name__ == "__main__":

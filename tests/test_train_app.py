@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -368,7 +369,8 @@ def test_acpo_train_on_cpu_caps_the_mmap_threshold_unless_told_not_to(tmp_path, 
 
     calls = []
     monkeypatch.setattr(train_module, "cap_mmap_threshold", lambda: calls.append(1))
-    monkeypatch.setattr(train_module, "run", lambda *args: None)
+    trained = SimpleNamespace(accelerator=SimpleNamespace(end_training=lambda: None))  # what main ends with
+    monkeypatch.setattr(train_module, "run", lambda *args: trained)
     train_module.main(["--config", recipe(tmp_path, tiny_dir), "--low_memory", str(low_memory).lower()])
     assert len(calls) == expected
     assert cap_mmap_threshold()  # glibc (this Linux): the setting is accepted

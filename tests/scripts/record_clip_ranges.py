@@ -10,8 +10,11 @@ each recipe, rank r writes ``OUT_DIR/<recipe stem>.rank<r>.json`` with one recor
 statistics would have given on the same micro-batch, with that micro-batch's count, mean and std; the diagnostics'
 own calls are not recorded), the per-token loss of that micro-batch (masked mean, this rank's tokens), the process
 layout, how many weights each gradient diagnosis had to gather under ZeRO-3 (``zero3_gathered``), the optimizer
-steps that moved the weights and the drift guard's state, and the trainer's log history. Nothing in ``acpo_trl`` is changed: ``BinClipRule.stats``, which ``acpo_loss`` calls, the ``acpo``
-registry entry and the diagnostics' ZeRO-3 gathering are wrapped for the duration of the run.
+steps that moved the weights and the drift guard's state, the trainer's log history, and how many times
+``acpo-train``'s end asked to destroy the process group (``end_training_calls``; the call itself waits for the
+last recipe, which still needs the group). Nothing in ``acpo_trl`` is changed: ``BinClipRule.stats``, which ``acpo_loss``
+calls, the ``acpo`` registry entry, the diagnostics' ZeRO-3 gathering and ``Accelerator.end_training`` are wrapped for
+the duration of the run.
 
 Environment: ``ACPO_TEST_NO_DS_SHM_OP=1`` skips the JIT build of DeepSpeed's (unused) shared-memory kernel;
 ``ACPO_TEST_ZERO3_RELEASE_AFTER_USE=1`` makes ZeRO-3 release every weight after each use.
@@ -27,6 +30,8 @@ import os
 import runpy
 import sys
 from pathlib import Path
+
+from process_exit import exit_now
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "train_acpo.py"
@@ -60,6 +65,7 @@ def main() -> None:
     gathered: list[int] = []
     finished: list = []
 
+    ended: list = []  # the accelerators whose end_training acpo-train's main called (the process group's end)
     in_loss: list[bool] = [False]  # only ACPO's loss is recorded, not the diagnostics' own use of the bin rule
 
     def recording_stats(rule, bins, x, all_reduce=None):
@@ -117,6 +123,13 @@ def main() -> None:
         gathered.append(sum(p.ds_status == ZeroParamStatus.NOT_AVAILABLE for p in model.parameters()))
         return original_gathered(model, offload)
 
+    def deferred_end(accelerator):  # the next recipe trains in the same process group: end it after the last one
+        ended.append(accelerator)
+
+    from accelerate import Accelerator
+
+    original_end = Accelerator.end_training
+    Accelerator.end_training = deferred_end
     gradients_module._zero3_gathered = counting_gathered
     BinClipRule.stats = recording_stats
     POLICY_LOSSES["acpo"] = dataclasses.replace(original_entry, fn=recording_loss)
@@ -126,6 +139,7 @@ def main() -> None:
             records.clear()
             finished.clear()
             gathered.clear()
+            ended.clear()
             sys.argv = [str(EXAMPLE), "--config", config, *extra]
             runpy.run_path(str(EXAMPLE), run_name="__main__")
             trainer = finished[-1]
@@ -146,6 +160,7 @@ def main() -> None:
                 "drift_guard": trainer.drift_guard.to_dict() if trainer.drift_guard is not None else None,
                 "records": records,
                 "zero3_gathered": gathered,
+                "end_training_calls": len(ended),
                 "log_history": [{k: v for k, v in e.items() if isinstance(v, (int, float)) and math.isfinite(v)}
                                 for e in trainer.state.log_history],
             }
@@ -153,7 +168,9 @@ def main() -> None:
             path = out_dir / f"{Path(config).stem}.rank{state.process_index}.json"
             path.write_text(json.dumps(result))
             trainer.accelerator.wait_for_everyone()
+        original_end(trainer.accelerator)  # acpo-train's end, once, after the last recipe
     finally:
+        Accelerator.end_training = original_end
         BinClipRule.stats = original_stats
         POLICY_LOSSES["acpo"] = original_entry
         train_module.run = original_run
@@ -162,3 +179,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    exit_now()  # not through the finalization, where gloo can abort the process (process_exit.py)

@@ -13,6 +13,8 @@ import json
 import sys
 from pathlib import Path
 
+from process_exit import exit_now
+
 
 def main() -> None:
     out_dir, model_dir = Path(sys.argv[1]), sys.argv[2]
@@ -54,3 +56,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    exit_now()  # not through the finalization, where gloo can abort the process (process_exit.py)
