@@ -5,18 +5,21 @@ Importing this package registers every built-in method.
 
 from .acpo import BinClipRule, BinStats, acpo_clip_range, acpo_log_loss, acpo_loss, probability_bins
 from .aggregation import LOSS_TYPES, AggregatedLoss, aggregate_loss
-from .cispo import cispo_loss
+from .cispo import masked_cispo_loss, trl_cispo_loss
 from .dcpo import dcpo_bounds, dcpo_loss
-from .common import clipped_surrogate, importance_ratio
+from .common import IMPORTANCE_SAMPLING_LEVELS, clipped_surrogate, importance_ratio, policy_ratio
 from .entropy import entropy_rank_mask, high_entropy_loss, low_entropy_loss
 from .lopti import ar_lopti_loss
-from .ppo import dapo_loss, fixed_clip_loss, ppo_clip_loss
+from .ppo import dapo_loss, fixed_clip_loss, ppo_clip_loss, unclipped_loss
+from .sapo import sapo_loss
+from .vespo import vespo_loss
 from .registry import (
     NEEDS,
     POLICY_LOSSES,
     PolicyLoss,
     PolicyLossInputs,
     PolicyLossOutput,
+    epsilon_high,
     flatten_metrics,
     get_policy_loss,
     reduce_metrics,
@@ -25,6 +28,7 @@ from .registry import (
 from .reweight import dlogp_reweight_loss, dlogp_weights, dominate_loss, dominate_weights, ppl_loss, ppl_weights
 
 __all__ = [
+    "IMPORTANCE_SAMPLING_LEVELS",
     "LOSS_TYPES",
     "NEEDS",
     "POLICY_LOSSES",
@@ -39,7 +43,6 @@ __all__ = [
     "acpo_loss",
     "aggregate_loss",
     "ar_lopti_loss",
-    "cispo_loss",
     "clipped_surrogate",
     "dapo_loss",
     "dcpo_bounds",
@@ -48,6 +51,7 @@ __all__ = [
     "dlogp_weights",
     "dominate_loss",
     "dominate_weights",
+    "epsilon_high",
     "entropy_rank_mask",
     "fixed_clip_loss",
     "flatten_metrics",
@@ -55,10 +59,16 @@ __all__ = [
     "high_entropy_loss",
     "importance_ratio",
     "low_entropy_loss",
+    "masked_cispo_loss",
     "ppl_loss",
     "ppl_weights",
+    "policy_ratio",
     "ppo_clip_loss",
     "probability_bins",
     "reduce_metrics",
     "register_policy_loss",
+    "sapo_loss",
+    "trl_cispo_loss",
+    "unclipped_loss",
+    "vespo_loss",
 ]

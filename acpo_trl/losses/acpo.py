@@ -9,10 +9,11 @@ dispersion of the importance ratio inside it (:class:`BinClipRule`):
     r      = exp(clamp(log pi_theta - log pi_old, -20, 20))
     b      = min(floor(K p_theta), K - 1)
     std_b  = sqrt(Var_b[r] + 1e-8)                  population variance over the valid tokens of bin b
-    eps_b  = clamp(base + alpha std_b, eps_min, eps_max)
+    eps_b  = clamp(base + alpha std_b, eps_min, eps_max)        base = TRL's epsilon (0.2)
     acpo:     l = max(-A r, -A clamp(r, 1 - eps_b, 1 + eps_b));          if A < 0: l = min(l, -c A)
 
-eps_b carries no gradient. Right after a rollout r == 1, so eps_b == base: ACPO differs from a fixed clip
+The range is symmetric, as the paper's: ``epsilon_high`` must be unset or equal to ``epsilon`` (an asymmetric base
+has no meaning in the rule, so it is refused). eps_b carries no gradient. Right after a rollout r == 1, so eps_b == base: ACPO differs from a fixed clip
 only from the second optimizer update of a rollout on. Once std_b passes (1 - base) / alpha the lower bound
 1 - eps_b is below 0 and the low clip vanishes (only the dual-clip bounds A < 0 tokens).
 
@@ -43,11 +44,12 @@ from .registry import Metric, PolicyLossInputs, PolicyLossOutput, register_polic
 
 STD_EPS = 1e-8
 STATISTICS = ("ratio", "logratio")
+PAPER_BASE = 0.2  # the paper's base range: the diagnostics' ACPO rule under a method that does not clip by bins
 # The ACPOConfig field behind each BinClipRule field (for error messages that name what the user sets).
 _CONFIG_FIELDS = {
     "num_bins": "acpo_num_bins",
     "alpha": "acpo_alpha",
-    "base": "acpo_base_clip",
+    "base": "epsilon",
     "eps_min": "acpo_clip_min",
     "eps_max": "acpo_clip_max",
 }
@@ -117,11 +119,14 @@ class BinClipRule:
             raise InvalidRule("statistic", self.statistic, f"must be one of {STATISTICS}.")
 
     @classmethod
-    def from_config(cls, config, statistic: str = "ratio") -> "BinClipRule":
-        """The rule of an :class:`~acpo_trl.ACPOConfig` (fields ``acpo_num_bins``, ``acpo_alpha``,
-        ``acpo_base_clip``, ``acpo_clip_min``, ``acpo_clip_max``); an invalid value raises naming the config field.
-        Cached per distinct values, so a loss can call it every micro-batch."""
-        return _rule_from_values(tuple(getattr(config, name) for name in _CONFIG_FIELDS.values()), statistic)
+    def from_config(cls, config, statistic: str = "ratio", base: float | None = None) -> "BinClipRule":
+        """The rule of an :class:`~acpo_trl.ACPOConfig` (fields ``acpo_num_bins``, ``acpo_alpha``, ``epsilon`` (the
+        base, unless ``base`` is given), ``acpo_clip_min``, ``acpo_clip_max``); an invalid value raises naming the
+        config field. Cached per distinct values, so a loss can call it every micro-batch."""
+        values = {key: getattr(config, name) for key, name in _CONFIG_FIELDS.items()}
+        if base is not None:
+            values["base"] = base
+        return _rule_from_values(tuple(values.values()), statistic)
 
     def bins(self, logps: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
         """:func:`probability_bins` with this rule's K."""
@@ -294,21 +299,36 @@ def bin_clipped_loss(inputs: PolicyLossInputs, config, rule: BinClipRule) -> Pol
 
 
 def validate_acpo(config) -> None:
-    """The bin rule's fields (through :meth:`BinClipRule.from_config`) and the statistics scope."""
+    """The bin rule's fields (through :meth:`BinClipRule.from_config`), a symmetric base and the statistics scope."""
     BinClipRule.from_config(config)
+    if config.epsilon_high is not None and config.epsilon_high != config.epsilon:
+        raise ValueError(f"ACPOConfig.epsilon_high={config.epsilon_high!r}: ACPO's range per bin, eps_b = epsilon + "
+                         "alpha std_b, is symmetric (the paper's rule has no high side of its own); leave "
+                         f"epsilon_high unset or equal to epsilon ({config.epsilon}).")
     if config.acpo_stats_scope not in ("local", "global"):
         raise ValueError(f"ACPOConfig.acpo_stats_scope={config.acpo_stats_scope!r}: must be 'local' (per "
                          "micro-batch, as the authors) or 'global'.")
 
 
-@register_policy_loss("acpo", validate=validate_acpo, bin_rule=BinClipRule.from_config)
+# The fields of ACPO's rule: the base (TRL's epsilon; epsilon_high only checked), K, alpha, the clamp, the scope.
+ACPO_FIELDS = ("epsilon", "epsilon_high", "acpo_num_bins", "acpo_alpha", "acpo_clip_min", "acpo_clip_max",
+               "acpo_stats_scope", "dual_clip_c", "delta")
+
+
+@register_policy_loss("acpo", validate=validate_acpo, bin_rule=BinClipRule.from_config, reads=ACPO_FIELDS,
+                      summary="clip range per bin of the current probability, eps_b = epsilon + alpha std_b (the "
+                              "within-bin std of r), clamped; dual clip",
+                      source="Wang et al. 2026 (2606.22570)")
 def acpo_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
     """ACPO: the clipped surrogate with ratio range [1 - eps_b, 1 + eps_b], eps_b from the within-bin std of r."""
     return bin_clipped_loss(inputs, config, BinClipRule.from_config(config))
 
 
-@register_policy_loss("acpo_log", validate=validate_acpo,
-                      bin_rule=functools.partial(BinClipRule.from_config, statistic="logratio"))
+@register_policy_loss("acpo_log", validate=validate_acpo, reads=ACPO_FIELDS,
+                      bin_rule=functools.partial(BinClipRule.from_config, statistic="logratio"),
+                      summary="**this package's variant, not the paper's**: ACPO's bins, eps_b from the within-bin "
+                              "std of log r, log r clipped to [-eps_b, eps_b], so the lower clip never vanishes",
+                      source="this package")
 def acpo_log_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
     """This package's variant (not the paper's): log r clipped to [-eps_b, eps_b], eps_b from the within-bin std of
     log r, with ACPO's config fields (K, alpha, base, clamp, dual-clip, scope)."""
@@ -334,12 +354,11 @@ def _frozen_rule(ranges: tuple[float, ...]) -> BinClipRule:
     return BinClipRule(num_bins=len(ranges), alpha=0.0, base=ranges, eps_min=0.0, eps_max=max(ranges))
 
 
-def validate_bin_clip(config) -> None:
-    frozen_rule(config)
-    validate_acpo(config)  # the statistics scope (the rule's own std is logged, not used)
-
-
-@register_policy_loss("bin_clip", validate=validate_bin_clip, bin_rule=frozen_rule)
+@register_policy_loss("bin_clip", validate=frozen_rule, bin_rule=frozen_rule,
+                      reads=("bin_clip_ranges", "dual_clip_c", "delta"),
+                      summary="**this package's ablation**: ACPO's bins with a fixed range per bin (`bin_clip_ranges`, "
+                              "K = its length): bin-wise widths without adaptation",
+                      source="this package")
 def bin_clip_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
     """A frozen bin-wise clip: ratio range [1 - eps_b, 1 + eps_b], eps_b = bin_clip_ranges[b] for the bin of the
     token's CURRENT probability (ACPO's bins, no adaptation); dual-clip and ``delta`` as ACPO."""

@@ -1,5 +1,5 @@
-"""Building blocks shared by the policy losses: the importance ratio, the clipped surrogate with
-dual-clip, and TRL's clip-ratio metrics."""
+"""Building blocks shared by the policy losses: the importance ratio (per token, or GSPO's per sequence), the
+clipped surrogate with dual-clip, and TRL's clip-ratio metrics."""
 
 from __future__ import annotations
 
@@ -15,6 +15,19 @@ LOG_RATIO_CLAMP = 20.0
 def importance_ratio(logps: torch.Tensor, old_logps: torch.Tensor) -> torch.Tensor:
     """r = exp(clamp(log pi_theta - log pi_old, -20, 20)): finite even for tokens that moved very far."""
     return torch.exp(torch.clamp(logps - old_logps, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
+
+
+IMPORTANCE_SAMPLING_LEVELS = ("token", "sequence")
+
+
+def policy_ratio(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor, level: str = "token") -> torch.Tensor:
+    """TRL's ``importance_sampling_level``: ``"token"``, r_t ``(B, T)`` (:func:`importance_ratio`); ``"sequence"``,
+    GSPO's (Zheng et al. 2025, arXiv 2507.18071) s = exp(mean_t (log pi_theta - log pi_old)) over the sequence's
+    valid tokens, ``(B, 1)``, as TRL computes it (here with the same +-20 clamp on the log-ratio)."""
+    if level == "token":
+        return importance_ratio(logps, old_logps)
+    mean_log_ratio = ((logps - old_logps) * mask).sum(-1, keepdim=True) / mask.sum(-1, keepdim=True).clamp(min=1.0)
+    return torch.exp(torch.clamp(mean_log_ratio, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP))
 
 
 class ClippedSurrogate(NamedTuple):

@@ -4,17 +4,20 @@ current policy's entropy (Wang et al. 2025, "Beyond the 80/20 Rule", as the ACPO
 In EACH sequence with n valid tokens, ``high_entropy`` trains on the k = max(1, int(f n)) highest-entropy tokens
 (f = ``entropy_token_fraction``, 0.2) and ``low_entropy`` on the k = max(1, int((1 - f) n)) lowest-entropy ones
 (the bottom 80%), as the authors' code counts them. TRL's ``top_entropy_quantile`` is a batch-wide threshold: a
-different method. The objective on the kept tokens is the clipped surrogate with the range [1 - dapo_clip_low,
-1 + dapo_clip_high] (0.2 / 0.3: the authors' launcher runs every PPO-style baseline, the entropy ones included,
-with that range) and dual-clip; dropped tokens keep their place in the denominator.
+different method. The objective on the kept tokens is DAPO's clipped surrogate, [1 - epsilon, 1 + epsilon_high]
+with 0.28 when ``epsilon_high`` is unset (the paper trains on DAPO's recipe; the ACPO authors' launcher runs every
+PPO-style baseline with 0.3: a recipe value), and dual-clip; dropped tokens keep their place in the denominator.
 """
 
 from __future__ import annotations
 
 import torch
 
-from .ppo import fixed_clip_loss
-from .registry import PolicyLossInputs, PolicyLossOutput, register_policy_loss
+from .ppo import DAPO_EPSILON_HIGH, FIXED_CLIP_FIELDS, fixed_clip_loss
+from .registry import PolicyLossInputs, PolicyLossOutput, epsilon_high, register_policy_loss
+
+ENTROPY_FIELDS = (*FIXED_CLIP_FIELDS, "entropy_token_fraction")
+SOURCE = "Wang et al. 2025 (2506.01939)"
 
 
 @torch.no_grad()
@@ -40,19 +43,26 @@ def _entropy_selected_loss(inputs: PolicyLossInputs, config, highest: bool) -> P
     # 1 - f rounded, so that f = 0.2 gives exactly the authors' 0.8 (1 - 0.2 is 0.7999999999999999 in binary)
     fraction = config.entropy_token_fraction if highest else round(1 - config.entropy_token_fraction, 12)
     selected = entropy_rank_mask(inputs.entropies, inputs.mask, fraction, highest)
-    out = fixed_clip_loss(inputs, config.dapo_clip_low, config.dapo_clip_high, config.dual_clip_c, config.delta)
+    high = epsilon_high(config, "high_entropy" if highest else "low_entropy")
+    out = fixed_clip_loss(inputs, config.epsilon, high, config.dual_clip_c, config.delta)
     metrics = dict(out.metrics)
     metrics["entropy/selected_frac"] = ((selected * inputs.mask).sum(), inputs.mask.sum())
     return PolicyLossOutput(out.per_token_loss * selected, metrics, out.clipped_high, out.clipped_low)
 
 
-@register_policy_loss("high_entropy", needs={"entropies"}, validate=validate_entropy)
+@register_policy_loss("high_entropy", needs={"entropies"}, validate=validate_entropy, reads=ENTROPY_FIELDS,
+                      unset={"epsilon_high": DAPO_EPSILON_HIGH}, source=SOURCE,
+                      summary="DAPO's clip on each sequence's k = max(1, int(f n)) highest-entropy tokens "
+                              "(f = `entropy_token_fraction`; per sequence, not TRL's batch quantile)")
 def high_entropy_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
     """The clipped surrogate on the top ``entropy_token_fraction`` (20%) highest-entropy tokens of each sequence."""
     return _entropy_selected_loss(inputs, config, highest=True)
 
 
-@register_policy_loss("low_entropy", needs={"entropies"}, validate=validate_entropy)
+@register_policy_loss("low_entropy", needs={"entropies"}, validate=validate_entropy, reads=ENTROPY_FIELDS,
+                      unset={"epsilon_high": DAPO_EPSILON_HIGH}, source=SOURCE,
+                      summary="DAPO's clip on each sequence's k = max(1, int((1 - f) n)) lowest-entropy tokens, as "
+                              "the authors count them")
 def low_entropy_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
     """The clipped surrogate on the bottom 1 - ``entropy_token_fraction`` (80%) lowest-entropy tokens of each
     sequence."""

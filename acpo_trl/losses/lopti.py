@@ -4,7 +4,7 @@ Low-Probability Tokens Over-Dominate in RL for LLMs"), as the ACPO authors ran i
     A~_t = (ar_weight_c p_old + 1 - ar_weight_c) A_t            c = 0.3: A~ = (0.3 p_old + 0.7) A
     pass 0 over the rollout: only tokens with p_old <  lopti_prob_threshold (0.5) enter the loss
     pass 1 over the rollout: only tokens with p_old >= lopti_prob_threshold
-    objective: fixed clip [1 - 0.2, 1 + 0.24] (ar_lopti_clip_low / _high), dual-clip
+    objective: fixed clip [1 - epsilon, 1 + epsilon_high] (0.2 / 0.24: epsilon_high 0.24 when unset), dual-clip
 
 Both passes are full update passes against the same old log-probs, so the second sees the first's movement.
 The entry declares two passes per rollout (TRL's ``num_iterations = 2``, which ACPOConfig sets) and needs the
@@ -15,9 +15,11 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from .ppo import fixed_clip_loss
-from .registry import PolicyLossInputs, PolicyLossOutput, register_policy_loss
+from .ppo import FIXED_CLIP_FIELDS, fixed_clip_loss
+from .registry import PolicyLossInputs, PolicyLossOutput, epsilon_high, register_policy_loss
 from .reweight import dominate_weights
+
+LOPTI_EPSILON_HIGH = 0.24  # the ACPO authors' AR-Lopti runs, when epsilon_high is unset
 
 
 def validate_ar_lopti(config) -> None:
@@ -26,7 +28,12 @@ def validate_ar_lopti(config) -> None:
                          "paper uses 0.5).")
 
 
-@register_policy_loss("ar_lopti", needs={"update_pass"}, passes_per_rollout=2, validate=validate_ar_lopti)
+@register_policy_loss("ar_lopti", needs={"update_pass"}, passes_per_rollout=2, validate=validate_ar_lopti,
+                      reads=(*FIXED_CLIP_FIELDS, "ar_weight_c", "lopti_prob_threshold"),
+                      unset={"epsilon_high": LOPTI_EPSILON_HIGH},
+                      summary="advantage x (c p_old + 1 - c); two update passes per rollout, low-probability tokens "
+                              "(p_old < `lopti_prob_threshold`) first; sets `num_iterations: 2`",
+                      source="Yang et al. 2025 (2505.12929)")
 def ar_lopti_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
     """See the module docstring."""
     p_old = inputs.old_logps.exp()
@@ -35,8 +42,8 @@ def ar_lopti_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
     selected = low_prob if inputs.update_pass == 0 else ~low_prob
     out = fixed_clip_loss(
         replace(inputs, advantages=weights * inputs.advantages),
-        config.ar_lopti_clip_low,
-        config.ar_lopti_clip_high,
+        config.epsilon,
+        epsilon_high(config, "ar_lopti"),
         config.dual_clip_c,
         config.delta,
     )

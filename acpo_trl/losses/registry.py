@@ -19,6 +19,15 @@ decorator, everything else the trainer must know about it::
 - ``bin_rule``: for a method that clips by probability bins, ``bin_rule(config)`` is its
   :class:`~acpo_trl.losses.BinClipRule` (ACPO's, ``acpo_log``'s, ``bin_clip``'s frozen ranges), so that the
   diagnostics report the method's own ranges.
+- ``reads``: the config fields the method reads, TRL's (``epsilon``, ``epsilon_high``, ``delta``,
+  ``importance_sampling_level``, ...) and its own. A field some method reads is that method's to set:
+  ``ACPOConfig`` refuses a non-default value of it under a method that does not read it, naming the methods that
+  do, so that no option is silently ignored.
+- ``unset``: the value the method takes for a TRL field that ``GRPOConfig`` leaves unset (None) unless the user sets
+  it: ``{"epsilon_high": 0.28}`` for DAPO's clip-higher. Without it an unset ``epsilon_high`` is ``epsilon``, as in
+  TRL. :func:`epsilon_high` reads it.
+- ``summary``, ``source``: what the method changes and where it comes from, for the README's methods table
+  (:func:`acpo_trl.losses.table.methods_table`).
 - The output is the per-token loss ``(B, T)``, which the trainer aggregates with ``config.loss_type``; the tokens
   whose gradient the method's trust region removed (``clipped_high``: A > 0 above the range, ``clipped_low``:
   A < 0 below it), which the diagnostics read; and metrics as ``name -> (numerator, denominator)`` pairs of
@@ -99,11 +108,15 @@ class PolicyLoss:
     validate: Callable[[object], None] | None = None
     wraps: str | None = None
     bin_rule: Callable[[object], object] | None = None
+    reads: frozenset[str] = frozenset()
+    unset: dict = field(default_factory=dict)
+    summary: str = ""
+    source: str = ""
 
     def __call__(self, inputs: PolicyLossInputs, config) -> PolicyLossOutput:
         return self.fn(inputs, config)
 
-    def _chain(self, config) -> list["PolicyLoss"]:
+    def chain(self, config) -> list["PolicyLoss"]:
         """This entry and the ones it feeds (through ``wraps``), outermost first."""
         chain = [self]
         while chain[-1].wraps is not None:
@@ -112,15 +125,26 @@ class PolicyLoss:
 
     def needs_for(self, config) -> frozenset[str]:
         """What the method, and any method it feeds, needs from the trainer under ``config``."""
-        return frozenset().union(*(entry.needs for entry in self._chain(config)))
+        return frozenset().union(*(entry.needs for entry in self.chain(config)))
+
+    def reads_for(self, config) -> frozenset[str]:
+        """The config fields the method, and any method it feeds, reads under ``config``."""
+        return frozenset().union(*(entry.reads for entry in self.chain(config)))
+
+    def unset_for(self, config) -> dict:
+        """The values the method, or the method it feeds, takes for unset TRL fields (where both say, the one fed)."""
+        merged = {}
+        for entry in self.chain(config):
+            merged.update(entry.unset)
+        return merged
 
     def bin_rule_for(self, config):
         """The :class:`~acpo_trl.losses.BinClipRule` the method, or the method it feeds, clips with (None: none)."""
-        return next((entry.bin_rule(config) for entry in self._chain(config) if entry.bin_rule), None)
+        return next((entry.bin_rule(config) for entry in self.chain(config) if entry.bin_rule), None)
 
     def validate_config(self, config) -> None:
         """Run the method's own validation, then that of the methods it feeds."""
-        for entry in self._chain(config):
+        for entry in self.chain(config):
             if entry.validate is not None:
                 entry.validate(config)
 
@@ -136,6 +160,10 @@ def register_policy_loss(
     validate: Callable[[object], None] | None = None,
     wraps: str | None = None,
     bin_rule: Callable[[object], object] | None = None,
+    reads: frozenset[str] | set[str] | tuple[str, ...] = (),
+    unset: dict | None = None,
+    summary: str = "",
+    source: str = "",
 ) -> Callable[[PolicyLossFn], PolicyLossFn]:
     """Register ``fn`` under ``name`` so that ``ACPOConfig(policy_loss=name)`` selects it (see the module doc for
     the arguments). The decorated function is returned unchanged."""
@@ -149,7 +177,8 @@ def register_policy_loss(
     def decorator(fn: PolicyLossFn) -> PolicyLossFn:
         if name in POLICY_LOSSES:
             raise ValueError(f"A policy loss named {name!r} is already registered.")
-        POLICY_LOSSES[name] = PolicyLoss(name, fn, needs, passes_per_rollout, validate, wraps, bin_rule)
+        POLICY_LOSSES[name] = PolicyLoss(name, fn, needs, passes_per_rollout, validate, wraps, bin_rule,
+                                         frozenset(reads) | frozenset(unset or {}), dict(unset or {}), summary, source)
         return fn
 
     return decorator
@@ -163,6 +192,14 @@ def get_policy_loss(name: str) -> PolicyLoss:
         raise ValueError(
             f"Unknown policy_loss {name!r}. Registered policy losses: {sorted(POLICY_LOSSES)}."
         ) from None
+
+
+def epsilon_high(config, method: str) -> float:
+    """TRL's high clip side under ``method``: ``config.epsilon_high`` when set, else the method's ``unset`` value,
+    else ``config.epsilon`` (TRL's rule)."""
+    if config.epsilon_high is not None:
+        return config.epsilon_high
+    return POLICY_LOSSES[method].unset.get("epsilon_high", config.epsilon)
 
 
 def flatten_metrics(metrics: dict[str, Metric]) -> tuple[list[str], torch.Tensor]:

@@ -11,8 +11,8 @@ the detached current ones, as the paper's code does.
     ppl              w_i = 1 - c z_i, z_i the z-score within the prompt's group of
                      logPPL_i = -mean_t log p_old(y_t), broadcast to the sequence; optionally clamped to [0.8, 1.2]
 
-The paper's full recipe is the DAPO loss with token-mean aggregation (``loss_type="dapo"``), clip 0.2 / 0.28
-(``dapo_clip_high=0.28``) and dual-clip c = 10, plus dynamic sampling and overlong shaping (not here).
+The paper's full recipe is the DAPO loss with token-mean aggregation (``loss_type="dapo"``), clip 0.2 / 0.28 (the
+``dapo`` default) and dual-clip c = 10, plus dynamic sampling and overlong shaping (not here).
 """
 
 from __future__ import annotations
@@ -64,24 +64,32 @@ def reweighted_loss(inputs: PolicyLossInputs, config, weights: torch.Tensor) -> 
     return PolicyLossOutput(out.per_token_loss, metrics, out.clipped_high, out.clipped_low)
 
 
-def register_reweighting(name: str, needs=()):
-    """Register a reweighting: it feeds ``reweight_base_loss`` and is validated with it."""
-    return register_policy_loss(name, needs=needs, validate=validate_reweighting, wraps="reweight_base_loss")
+def register_reweighting(name: str, summary: str, source: str, needs=(), reads=()):
+    """Register a reweighting: it feeds ``reweight_base_loss`` and is validated with it (and reads its fields)."""
+    return register_policy_loss(name, needs=needs, validate=validate_reweighting, wraps="reweight_base_loss",
+                                reads=("reweight_c", "reweight_base_loss", *reads), summary=summary, source=source)
 
 
-@register_reweighting("dlogp_reweight")
+SOURCE = "Huang et al. 2026 (2603.22117)"
+
+
+@register_reweighting("dlogp_reweight", source=f"{SOURCE}, Eq. 8",
+                      summary="advantage x (1 + c (1 - p_old)), then `reweight_base_loss`")
 def dlogp_reweight_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
     """A~ = (1 + c (1 - p_old)) A, then ``reweight_base_loss``."""
     return reweighted_loss(inputs, config, dlogp_weights(inputs.old_logps.exp(), config.reweight_c))
 
 
-@register_reweighting("dominate")
+@register_reweighting("dominate", source=f"{SOURCE} (a compared reweighting)",
+                      summary="advantage x (c p_old + 1 - c), then `reweight_base_loss`")
 def dominate_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
     """A~ = (c p_old + 1 - c) A, then ``reweight_base_loss``."""
     return reweighted_loss(inputs, config, dominate_weights(inputs.old_logps.exp(), config.reweight_c))
 
 
-@register_reweighting("ppl", needs={"logppl_z"})
+@register_reweighting("ppl", needs={"logppl_z"}, reads=("ppl_clamp",), source=f"{SOURCE} (a compared reweighting)",
+                      summary="sequence weight 1 - c z, z the in-group z-score of log-perplexity under pi_old, then "
+                              "`reweight_base_loss`")
 def ppl_loss(inputs: PolicyLossInputs, config) -> PolicyLossOutput:
     """A~_i = (1 - c z_i) A_i with z_i the in-group z-score of the sequence's log-perplexity."""
     if inputs.logppl_z is None:
