@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import functools
 import logging
-from dataclasses import dataclass, field, fields
+from dataclasses import MISSING, dataclass, field, fields
+from types import SimpleNamespace
 
 from trl import GRPOConfig
 
-from .losses import LOSS_TYPES, POLICY_LOSSES, BinClipRule, PolicyLoss
+from .losses import IMPORTANCE_SAMPLING_LEVELS, LOSS_TYPES, POLICY_LOSSES, BinClipRule, PolicyLoss
+from .losses.acpo import PAPER_BASE
 from .utils.number_checks import (AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT, UNIT_NOT_ONE, UNIT_NOT_ZERO, Range,
                             check_numbers, number_fields)
 
@@ -19,6 +21,23 @@ TRL_LOSS = "trl"  # policy_loss: TRL's own objective, computed by GRPOTrainer's 
 TRL_OBJECTIVES = ("cispo", "sapo", "vespo")
 # The drift guard's measures (acpo_trl/training/drift_guard.py).
 DRIFT_MEASURES = ("ratio_std", "kl")
+# Names before every clip range became TRL's epsilon / epsilon_high, working for one release with a warning:
+# old field -> (new field, the old value as the new field's). The CISPO mask was a ratio range, the new fields ranges.
+# old field -> (new field, the old value as the new field's, the methods that read the old field). The CISPO mask was
+# a ratio range, the new fields ranges.
+_ACPO, _DAPO, _CISPO = ("acpo", "acpo_log"), ("dapo", "high_entropy", "low_entropy"), ("masked_cispo",)
+DEPRECATED_FIELDS = {
+    "acpo_base_clip": ("epsilon", float, _ACPO),
+    "dapo_clip_low": ("epsilon", float, _DAPO), "dapo_clip_high": ("epsilon_high", float, _DAPO),
+    "dcpo_clip_low": ("epsilon", float, ("dcpo",)), "dcpo_clip_high": ("epsilon_high", float, ("dcpo",)),
+    "ar_lopti_clip_low": ("epsilon", float, ("ar_lopti",)), "ar_lopti_clip_high": ("epsilon_high", float, ("ar_lopti",)),
+    "cispo_mask_low": ("epsilon", lambda low: round(1 - low, 12), _CISPO),
+    "cispo_mask_high": ("epsilon_high", lambda high: round(high - 1, 12), _CISPO),
+    "cispo_mask": ("policy_loss", lambda masked: "masked_cispo" if masked else "trl_cispo", _CISPO),
+}
+DEPRECATED_METHODS = {"cispo": "masked_cispo"}  # policy_loss / reweight_base_loss names, old -> new
+# Read by the diagnostics under any method: they report the ranges ACPO's rule would set (diagnostics_rule).
+DIAGNOSTICS_READS = frozenset({"acpo_num_bins", "acpo_alpha", "acpo_clip_min", "acpo_clip_max"})
 # The inherited fields (TrainingArguments', GRPOConfig's) whose value outside a range makes no sense. Besides them,
 # every float field is checked finite and the float fields ACPOConfig adds >= 0 (a method checks its own tighter
 # ranges). max_steps is not here: -1 (or 0) means "train num_train_epochs".
@@ -51,14 +70,19 @@ class ACPOConfig(GRPOConfig):
     r"""
     Configuration class for [`ACPOTrainer`]: every [`~trl.GRPOConfig`] field, plus the fields below.
 
-    Defaults are the ACPO paper's run (arXiv 2606.22570): K = 5 bins, alpha = 3.0, base = 0.2, clip range
-    clamped to [0.0, 3.0], dual-clip c = 3.0, and TRL ``loss_type="grpo"`` (token-mean within a sequence, then
+    Defaults are the ACPO paper's run (arXiv 2606.22570): K = 5 bins, alpha = 3.0, base = TRL's ``epsilon`` 0.2, clip
+    range clamped to [0.0, 3.0], dual-clip c = 3.0, and TRL ``loss_type="grpo"`` (token-mean within a sequence, then
     mean over sequences; GRPOConfig's default is ``"dapo"``). The authors' public YAML defaults (alpha 1, min 0.05,
     max 0.5) are NOT the paper's run.
 
-    Every GRPOConfig field keeps its TRL meaning. ``policy_loss="trl"`` is TRL's own objective, computed by TRL's
-    code: any GRPOConfig (``loss_type`` cispo / sapo / luspo / vespo, GSPO's ``importance_sampling_level="sequence"``,
-    ...) then trains exactly as with ``GRPOTrainer``. The registry's methods are token-level objectives that compose
+    Every GRPOConfig field keeps its TRL meaning under every method, or is refused with the reason: every clip
+    range is TRL's ``epsilon`` (low side) and ``epsilon_high`` (high side; a method may keep its paper's value
+    when it is unset, e.g. DAPO's 0.28). Each registered method declares the fields it reads, and a non-default
+    value of a field that some method reads but the chosen one does not is refused at construction (never
+    silently ignored). ``policy_loss="trl"`` is TRL's own objective, computed by TRL's code: any GRPOConfig
+    (``loss_type`` cispo / sapo / luspo / vespo, GSPO's ``importance_sampling_level="sequence"``, ...) then trains
+    exactly as with ``GRPOTrainer``; the registry's ``sapo``, ``trl_cispo``, ``vespo`` and ``ppo_clip`` with
+    ``importance_sampling_level="sequence"`` (GSPO) give the same loss and gradients with the diagnostics. The registry's methods are token-level objectives that compose
     with TRL's options: the aggregations (``loss_type`` grpo, bnpo, dr_grpo, dapo, luspo), the entropy bonus
     (``entropy_coef``, ``use_adaptive_entropy``), ``top_entropy_quantile``, ``off_policy_mask_threshold``, ``delta``
     (clipped objectives), KL (``beta``) and vLLM's importance-sampling correction; the README's table says which
@@ -67,16 +91,16 @@ class ACPOConfig(GRPOConfig):
     Parameters:
         policy_loss (`str`, *optional*, defaults to `"acpo"`):
             `"trl"` (TRL's own objective, as `GRPOTrainer` computes it) or the name of a policy loss in
-            `acpo_trl.losses.POLICY_LOSSES`: `"acpo"` (bin-wise adaptive clipping),
+            `acpo_trl.losses.POLICY_LOSSES`: `"acpo"` (bin-wise adaptive clipping, base range `epsilon`),
             `"acpo_log"` (this package's variant: the same bins, eps_b from the within-bin std of log r, log r clipped
             to [-eps_b, eps_b], so the lower clip never vanishes; it reads the `acpo_*` fields below), `"ppo_clip"`
-            (TRL's fixed clip with `epsilon` / `epsilon_high`), and the baselines registered there.
+            (TRL's fixed clip with `epsilon` / `epsilon_high`, GSPO with `importance_sampling_level: sequence`),
+            `"unclipped"` (no clip at all), TRL's objectives `"sapo"`, `"trl_cispo"`, `"vespo"`, and the baselines
+            registered there (README, "Methods"). `"cispo"` is the deprecated name of `"masked_cispo"`.
         acpo_num_bins (`int`, *optional*, defaults to `5`):
             K, the number of equal-width bins of the CURRENT token probability on [0, 1].
         acpo_alpha (`float`, *optional*, defaults to `3.0`):
             Slope of the clip range in the within-bin std of the importance ratio: eps_b = base + alpha * std_b.
-        acpo_base_clip (`float`, *optional*, defaults to `0.2`):
-            The clip range of a bin with no ratio dispersion (every bin right after a rollout).
         acpo_clip_min (`float`, *optional*, defaults to `0.0`):
             Lower bound of eps_b.
         acpo_clip_max (`float`, *optional*, defaults to `3.0`):
@@ -84,8 +108,10 @@ class ACPOConfig(GRPOConfig):
             negative-advantage tokens.
         dual_clip_c (`float` or `None`, *optional*, defaults to `3.0`):
             Dual-clip constant c: for A < 0 the per-token loss is capped at -c A. `None` disables it. Applies to
-            every clipped objective (`acpo`, `ppo_clip`, ...). Not TRL's `delta`, which caps the unclipped ratio for
-            both signs (and also applies to every clipped objective).
+            every clipped objective (`acpo`, `acpo_log`, `bin_clip`, `ppo_clip`, `dapo`, `dcpo`, the entropy methods,
+            `ar_lopti`); refused when set to another value under a method without a clipped surrogate (`unclipped`,
+            the CISPOs, `sapo`, `vespo`, `trl`). Not TRL's `delta`, which caps the unclipped ratio for both signs (and
+            also applies to every clipped objective).
         acpo_stats_scope (`str`, *optional*, defaults to `"local"`):
             `"local"`: bin statistics over the micro-batch on this process (the authors' code; the ranges then
             depend on micro-batch size and GPU count). `"global"`: per-bin count, sum and sum of squared
@@ -97,23 +123,12 @@ class ACPOConfig(GRPOConfig):
 
         > Baselines (see `acpo_trl/losses/` and the README's method table)
 
-        dapo_clip_low (`float`, *optional*, defaults to `0.2`), dapo_clip_high (`float`, *optional*, defaults to `0.3`):
-            `policy_loss="dapo"`: clip-higher range [1 - low, 1 + high] (0.3 as the ACPO authors ran it; the DAPO
-            paper uses 0.28). Also the range of `high_entropy` / `low_entropy` (the authors' launcher runs every
-            PPO-style baseline with 0.2 / 0.3).
-        dcpo_clip_low (`float`, *optional*, defaults to `0.16`), dcpo_clip_high (`float`, *optional*, defaults to `0.2`):
-            `policy_loss="dcpo"` (DCPO's dynamic adaptive clip, arXiv 2509.02333): eps_low / eps_high of the ratio
-            bounds 1/2 + 1/2 sqrt(max(1 - 4 eps_low / q, 0)) <= r <= 1/2 + 1/2 sqrt(1 + 4 eps_high / q), q the token's
-            old probability (the paper's 0.16 / 0.2).
         dcpo_ratio_cap (`float`, *optional*, defaults to `10.0`):
-            `policy_loss="dcpo"`: the largest upper bound on r (the authors' max(clip_ratio_c, 10)).
+            `policy_loss="dcpo"`: the largest upper bound on r (the authors' max(clip_ratio_c, 10)); its eps_low /
+            eps_high are `epsilon` / `epsilon_high` (0.28 when unset, the authors' run).
         cispo_clip_max (`float`, *optional*, defaults to `1.45`):
-            `policy_loss="cispo"`: the detached weight is clamp(r, 0, cispo_clip_max).
-        cispo_mask (`bool`, *optional*, defaults to `True`):
-            Drop tokens outside PPO's trust region, (A > 0, r > cispo_mask_high) or (A < 0, r < cispo_mask_low),
-            as the ACPO authors' CISPO; `False` is TRL's unmasked `loss_type="cispo"`.
-        cispo_mask_low (`float`, *optional*, defaults to `0.8`), cispo_mask_high (`float`, *optional*, defaults to `1.3`):
-            The trust region of the CISPO mask.
+            `policy_loss="masked_cispo"`: the detached weight is clamp(r, 0, cispo_clip_max); its mask is [1 - epsilon,
+            1 + epsilon_high] (0.3 when unset). TRL's CISPO (`trl_cispo`) caps at `epsilon_high` instead.
         entropy_token_fraction (`float`, *optional*, defaults to `0.2`):
             `high_entropy` trains on the k = max(1, int(f n)) highest-entropy tokens of each sequence of n valid
             tokens, `low_entropy` on its k = max(1, int((1 - f) n)) lowest-entropy ones.
@@ -121,8 +136,6 @@ class ACPOConfig(GRPOConfig):
             `ar_lopti`: advantage weight c p_old + 1 - c.
         lopti_prob_threshold (`float`, *optional*, defaults to `0.5`):
             `ar_lopti`: tokens with p_old below it are updated in the first pass, the others in the second.
-        ar_lopti_clip_low (`float`, *optional*, defaults to `0.2`), ar_lopti_clip_high (`float`, *optional*, defaults to `0.24`):
-            `ar_lopti`: clip range [1 - low, 1 + high].
         reweight_c (`float`, *optional*, defaults to `0.2`):
             c of the reweightings `dlogp_reweight` (w = 1 + c (1 - p_old)), `dominate` (w = c p_old + 1 - c)
             and `ppl` (w = 1 - c z).
@@ -131,6 +144,14 @@ class ACPOConfig(GRPOConfig):
             itself a reweighting.
         ppl_clamp (`bool`, *optional*, defaults to `False`):
             `ppl`: clamp the sequence weights to [0.8, 1.2].
+
+        > Deprecated names, kept for one release (a warning names the new field; the value moves there)
+
+        acpo_base_clip, dapo_clip_low, dcpo_clip_low, ar_lopti_clip_low: now `epsilon`.
+        dapo_clip_high, dcpo_clip_high, ar_lopti_clip_high: now `epsilon_high`.
+        cispo_mask_low, cispo_mask_high: now `epsilon` = 1 - low and `epsilon_high` = high - 1 (`masked_cispo`'s mask).
+        cispo_mask: `true` is `policy_loss: masked_cispo`; `false` is `policy_loss: trl_cispo` with `epsilon_high`
+            = `cispo_clip_max`.
 
         > Diagnostics (see `acpo_trl/diagnostics/` and docs/RESULTS.md; cost measured by
         > benchmarks/diagnostics_overhead.py)
@@ -189,7 +210,6 @@ class ACPOConfig(GRPOConfig):
     )
     acpo_num_bins: int = field(default=5, metadata={"help": "K: equal-width bins of the current token probability."})
     acpo_alpha: float = field(default=3.0, metadata={"help": "eps_b = base + alpha * std_b: the slope alpha."})
-    acpo_base_clip: float = field(default=0.2, metadata={"help": "eps_b = base + alpha * std_b: the base."})
     acpo_clip_min: float = field(default=0.0, metadata={"help": "Lower bound of the bin clip range eps_b."})
     acpo_clip_max: float = field(default=3.0, metadata={"help": "Upper bound of the bin clip range eps_b."})
     dual_clip_c: float | None = field(
@@ -202,29 +222,30 @@ class ACPOConfig(GRPOConfig):
     bin_clip_ranges: list[float] | None = field(
         default=None, metadata={"help": "bin_clip: a fixed clip range per current-probability bin (K = its length)."}
     )
-    dapo_clip_low: float = field(default=0.2, metadata={"help": "dapo: clip range low side (1 - low)."})
-    dapo_clip_high: float = field(default=0.3, metadata={"help": "dapo: clip range high side (1 + high); DAPO paper 0.28."})
-    dcpo_clip_low: float = field(default=0.16, metadata={"help": "dcpo: eps_low of the bounds in the old probability."})
-    dcpo_clip_high: float = field(default=0.2, metadata={"help": "dcpo: eps_high of the bounds in the old probability."})
     dcpo_ratio_cap: float = field(default=10.0, metadata={"help": "dcpo: the largest upper bound on the ratio."})
-    cispo_clip_max: float = field(default=1.45, metadata={"help": "cispo: weight = sg(clamp(r, 0, max))."})
-    cispo_mask: bool = field(
-        default=True, metadata={"help": "cispo: drop tokens outside the trust region (the ACPO authors' CISPO)."}
-    )
-    cispo_mask_low: float = field(default=0.8, metadata={"help": "cispo mask: drop A < 0 tokens with r below."})
-    cispo_mask_high: float = field(default=1.3, metadata={"help": "cispo mask: drop A > 0 tokens with r above."})
+    cispo_clip_max: float = field(default=1.45, metadata={"help": "masked_cispo: weight = sg(clamp(r, 0, max))."})
     entropy_token_fraction: float = field(
         default=0.2, metadata={"help": "high_entropy / low_entropy: top fraction of each sequence by entropy."}
     )
     ar_weight_c: float = field(default=0.3, metadata={"help": "ar_lopti: A~ = (c p_old + 1 - c) A."})
     lopti_prob_threshold: float = field(default=0.5, metadata={"help": "ar_lopti: low/high probability split."})
-    ar_lopti_clip_low: float = field(default=0.2, metadata={"help": "ar_lopti: clip range low side."})
-    ar_lopti_clip_high: float = field(default=0.24, metadata={"help": "ar_lopti: clip range high side."})
     reweight_c: float = field(default=0.2, metadata={"help": "c of dlogp_reweight / dominate / ppl."})
     reweight_base_loss: str = field(
         default="dapo", metadata={"help": "Objective fed with the reweighted advantages (dlogp_reweight, dominate, ppl)."}
     )
     ppl_clamp: bool = field(default=False, metadata={"help": "ppl: clamp sequence weights to [0.8, 1.2]."})
+    acpo_base_clip: float | None = field(default=None, metadata={"help": "Deprecated: epsilon."})
+    dapo_clip_low: float | None = field(default=None, metadata={"help": "Deprecated: epsilon."})
+    dapo_clip_high: float | None = field(default=None, metadata={"help": "Deprecated: epsilon_high."})
+    dcpo_clip_low: float | None = field(default=None, metadata={"help": "Deprecated: epsilon."})
+    dcpo_clip_high: float | None = field(default=None, metadata={"help": "Deprecated: epsilon_high."})
+    ar_lopti_clip_low: float | None = field(default=None, metadata={"help": "Deprecated: epsilon."})
+    ar_lopti_clip_high: float | None = field(default=None, metadata={"help": "Deprecated: epsilon_high."})
+    cispo_mask_low: float | None = field(default=None, metadata={"help": "Deprecated: epsilon = 1 - cispo_mask_low."})
+    cispo_mask_high: float | None = field(default=None, metadata={"help": "Deprecated: epsilon_high = cispo_mask_high - 1."})
+    cispo_mask: bool | None = field(
+        default=None, metadata={"help": "Deprecated: policy_loss masked_cispo (true) or trl_cispo (false)."}
+    )
     diagnostics: bool = field(
         default=False,
         metadata={"help": "Log per update index and probability bin ratio diagnostics (acpo_trl.diagnostics)."},
@@ -266,6 +287,7 @@ class ACPOConfig(GRPOConfig):
 
     def __post_init__(self):
         check_numbers(self, number_ranges())  # first: TRL's own checks divide by some of these numbers
+        self._rename_deprecated()
         method = self.method
         if method is not None and method.passes_per_rollout > 1 and self.num_iterations == 1:
             # A multi-pass method (Lopti: low-probability tokens, then high) runs its passes as TRL's iterations.
@@ -280,13 +302,44 @@ class ACPOConfig(GRPOConfig):
             logger.warning(
                 "ACPOConfig is on-policy: gradient_accumulation_steps (%d) is a multiple of steps_per_generation * "
                 "num_iterations (%d * %d), so the importance ratio is identically 1, every bin's std is ~0 and ACPO "
-                "equals a fixed clip of acpo_base_clip=%.3g. Set steps_per_generation > gradient_accumulation_steps "
+                "equals a fixed clip of epsilon=%.3g. Set steps_per_generation > gradient_accumulation_steps "
                 "(or num_iterations > 1) for several optimizer updates per rollout.",
                 self.gradient_accumulation_steps,
                 self.steps_per_generation,
                 self.num_iterations,
-                self.acpo_base_clip,
+                self.epsilon,
             )
+
+    def _rename_deprecated(self) -> None:
+        """Move each deprecated field's value to its new field (``DEPRECATED_FIELDS``, ``DEPRECATED_METHODS``), with
+        a warning naming the new one. An old field under a method that did not read it, or set with its new field
+        to another value, is refused. ``cispo_mask: false`` is TRL's CISPO at the old cap: ``trl_cispo`` with
+        ``epsilon_high`` = ``cispo_clip_max``."""
+        for name in ("policy_loss", "reweight_base_loss"):
+            old = getattr(self, name)
+            if old in DEPRECATED_METHODS:
+                logger.warning("%s=%r is deprecated: it is now %r (TRL's own CISPO, unmasked, is 'trl_cispo').", name,
+                               old, DEPRECATED_METHODS[old])
+                setattr(self, name, DEPRECATED_METHODS[old])
+        defaults = _defaults()
+        method = self.method  # an unknown method is refused first
+        chain = {entry.name for entry in method.chain(self)} if method is not None else set()
+        for old, (new, convert, readers) in DEPRECATED_FIELDS.items():
+            value = getattr(self, old)
+            if value is None:
+                continue
+            if not chain & set(readers):
+                raise ValueError(f"ACPOConfig.{old}={value!r}: deprecated (now {new}), and a field of "
+                                 f"{', '.join(readers)}; policy_loss={self.policy_loss!r} does not read it. Remove it.")
+            value = convert(value)
+            if old == "cispo_mask" and value == "trl_cispo":
+                self.epsilon_high, self.cispo_clip_max = self.cispo_clip_max, defaults["cispo_clip_max"]
+            elif getattr(self, new) not in (defaults[new], value):
+                raise ValueError(f"ACPOConfig.{old}={getattr(self, old)!r}: deprecated, and {new}="
+                                 f"{getattr(self, new)!r} is set too; set only {new}.")
+            logger.warning("%s is deprecated: it is now %s (TRL's clip vocabulary); %s=%r.", old, new, new, value)
+            setattr(self, new, value)
+            setattr(self, old, None)
 
     def _steps_of_rollouts(self) -> int:
         """max_steps for ``num_rollouts`` rollouts (a whole number of updates per rollout)."""
@@ -362,10 +415,13 @@ class ACPOConfig(GRPOConfig):
                                                       or not isinstance(self.diagnostics_num_bins, int)
                                                       or self.diagnostics_num_bins < 1):
             fail("diagnostics_num_bins", "must be an integer >= 1, or None for the method's own bins.")
+        self._refuse_unread_fields(method)
         if method is None:
             if self.diagnostics or self.diagnostics_grad_every:
                 fail("diagnostics", "the diagnostics read a registry method's tensors; TRL's own objective "
-                     "(policy_loss='trl') does not expose them: choose a registry method, e.g. 'ppo_clip'.")
+                     "(policy_loss='trl') does not expose them: choose its registry mirror, equal to it in loss and "
+                     "gradients (loss_type sapo -> policy_loss 'sapo', cispo -> 'trl_cispo', vespo -> 'vespo', GSPO "
+                     "-> 'ppo_clip' with importance_sampling_level 'sequence'; README, 'Methods').")
             return
         passes = method.passes_per_rollout
         if passes > 1:
@@ -377,17 +433,61 @@ class ACPOConfig(GRPOConfig):
                      f"step: gradient_accumulation_steps must not be a multiple of {passes} * steps_per_generation.")
         method.validate_config(self)
         if self.diagnostics or self.diagnostics_grad_every:
-            BinClipRule.from_config(self)  # the diagnostics report ACPO's ranges whatever the method
+            BinClipRule.from_config(self, base=PAPER_BASE)  # the diagnostics report ACPO's ranges whatever the method
         if self.loss_type in TRL_OBJECTIVES:
+            mirror = TRL_MIRRORS[self.loss_type]
             fail("loss_type", f"'{self.loss_type}' is TRL's own objective, not an aggregation of policy_loss="
-                 f"{self.policy_loss!r}: set policy_loss='trl' to train it as GRPOTrainer does (policy_loss='cispo' "
-                 f"is the ACPO authors' masked CISPO); or aggregate with one of {LOSS_TYPES}.")
+                 f"{self.policy_loss!r}: set policy_loss={mirror[0]!r} with loss_type={mirror[1]!r} (TRL's loss, "
+                 f"with the diagnostics) or policy_loss='trl' (TRL's code); or aggregate with one of {LOSS_TYPES}.")
         if self.loss_type not in LOSS_TYPES:
             fail("loss_type", f"ACPOTrainer aggregates a policy loss with one of {LOSS_TYPES} (or use "
                  "policy_loss='trl' for TRL's own loss types).")
-        if self.importance_sampling_level != "token":
-            fail("importance_sampling_level", f"GSPO's sequence-level ratio is TRL's objective; policy_loss="
-                 f"{self.policy_loss!r} is token-level (ACPO bins tokens): set policy_loss='trl' for GSPO.")
+        if self.importance_sampling_level not in IMPORTANCE_SAMPLING_LEVELS:
+            fail("importance_sampling_level", f"must be one of {IMPORTANCE_SAMPLING_LEVELS} (TRL's).")
+
+    def _refuse_unread_fields(self, method: PolicyLoss | None) -> None:
+        """A field that some registered method reads is that method's: under a method that does not read it
+        (``reads`` of its registry entry and of the methods it feeds; TRL's own objective reads every GRPOConfig
+        field), a value other than the default would be silently ignored, so it is refused, naming the readers."""
+        if method is None:
+            reads = frozenset(spec.name for spec in fields(GRPOConfig))
+        else:
+            reads = method.reads_for(self)
+        if self.diagnostics or self.diagnostics_grad_every:
+            reads |= DIAGNOSTICS_READS
+        defaults = _defaults()
+        for name in sorted(frozenset().union(*(entry.reads for entry in POLICY_LOSSES.values())) - reads):
+            if getattr(self, name) != defaults[name]:
+                readers = sorted(entry.name for entry in POLICY_LOSSES.values() if name in entry.reads)
+                raise ValueError(f"ACPOConfig.{name}={getattr(self, name)!r}: policy_loss={self.policy_loss!r} does "
+                                 f"not read it{UNREAD_REASONS.get(name, '')}; it is a field of {', '.join(readers)}. "
+                                 f"Leave it unset (default {defaults[name]!r}), or choose one of those methods.")
+
+
+# loss_type of TRL's objectives -> (the registry method equal to it, the aggregation TRL gives it).
+TRL_MIRRORS = {"sapo": ("sapo", "grpo"), "cispo": ("trl_cispo", "dapo"), "vespo": ("vespo", "dapo")}
+# Why a field is not read, where the method's name does not say it.
+UNREAD_REASONS = {
+    "importance_sampling_level": " (it is token-level: ACPO and DCPO bin or bound each token's ratio)",
+    "dual_clip_c": " (it has no clipped surrogate to dual-clip)",
+    "delta": " (it has no unclipped surrogate ratio to cap)",
+}
+
+
+@functools.cache
+def _defaults() -> dict:
+    """Each ACPOConfig field's default value."""
+    return {spec.name: spec.default_factory() if spec.default_factory is not MISSING else spec.default
+            for spec in fields(ACPOConfig)}
+
+
+def config_defaults(**overrides) -> SimpleNamespace:
+    """ACPOConfig's defaults with ``overrides``, as a plain namespace: what a policy loss reads, for calling one on
+    tensors without building an ACPOConfig (no validation, no TrainingArguments set-up)."""
+    unknown = sorted(set(overrides) - set(_defaults()))
+    if unknown:
+        raise TypeError(f"config_defaults: {unknown} are not ACPOConfig fields.")
+    return SimpleNamespace(**{**_defaults(), **overrides})
 
 
 @functools.cache

@@ -6,7 +6,6 @@ the first update of each rollout; the script prints them at every step, then the
 
 from __future__ import annotations
 
-import argparse
 import os
 import warnings
 
@@ -78,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
     trainer.remove_callback(PrinterCallback)  # the table replaces the raw log dicts
     print(
         f"ACPO demo: tiny Qwen2 on the toy letter task, {config.updates_per_rollout:g} optimizer updates per rollout, "
-        f"K={config.acpo_num_bins}, alpha={config.acpo_alpha}, base={config.acpo_base_clip}"
+        f"K={config.acpo_num_bins}, alpha={config.acpo_alpha}, base={config.epsilon}"
     )
     trainer.train()
     print(f"mean reward: first rollout {table.rewards[0]:.3f} -> last rollout {table.rewards[-1]:.3f}")

@@ -32,7 +32,7 @@ from .training.drift_guard import DriftGuard, UpdateSkipped
 from .training.report import acpo_card_section, lower_clip_void_message
 from .training.host_memory import release_freed_memory
 from .utils.hub import HubUnreachableError, check_hub_reachable
-from .losses import AggregatedLoss, PolicyLossInputs, aggregate_loss, reduce_metrics
+from .losses import AggregatedLoss, PolicyLossInputs, aggregate_loss, policy_ratio, reduce_metrics
 from .training.shared_prefix import cache_argument, score_with_shared_prefix, shared_prefix_generation
 from .utils.vllm_check import check_vllm_device
 
@@ -330,8 +330,9 @@ class ACPOTrainer(GRPOTrainer):
         if self.beta != 0.0:
             ref_logps, logps = inputs["ref_per_token_logps"], forward.logps
             per_token_kl = torch.exp(ref_logps - logps) - (ref_logps - logps) - 1
-            if self.args.use_bias_correction_kl:
-                per_token_kl = per_token_kl * torch.exp(logps - forward.old_logps)
+            if self.args.use_bias_correction_kl:  # by TRL's importance weights: per token, or per sequence (GSPO)
+                per_token_kl = per_token_kl * policy_ratio(logps, forward.old_logps, forward.mask,
+                                                           self.args.importance_sampling_level)
             per_token_loss = per_token_loss + self.beta * per_token_kl
             metrics["kl"] = ((per_token_kl * forward.mask).sum().detach(), forward.mask.sum())
         return per_token_loss, metrics

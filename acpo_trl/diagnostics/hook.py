@@ -27,7 +27,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from ..losses.acpo import BinClipRule
+from ..losses.acpo import PAPER_BASE, BinClipRule
 from ..losses.registry import PolicyLossInputs, PolicyLossOutput
 from .gradients import gradient_diagnostics, outside_engine_backward, select_parameters
 from .ratio_stats import ratio_diagnostics
@@ -65,13 +65,14 @@ def gradient_step_due(optimizer_step: int, grad_every: int, updates_per_rollout:
 def diagnostics_rule(run_config) -> tuple[BinClipRule, bool]:
     """(the bin rule whose bins and ranges the diagnostics report, whether it is the method's own). The method's own
     when it clips by bins (ACPO: the ratio's std; ``acpo_log``: the log-ratio's; ``bin_clip``: its frozen ranges)
-    and ``diagnostics_num_bins`` is unset or its K; else ACPO's ratio rule with the config's ``acpo_*`` fields, at
-    ``diagnostics_num_bins`` bins when set (e.g. 5 bins for a 1-bin ACPO, to compare its clipping per bin)."""
+    and ``diagnostics_num_bins`` is unset or its K; else ACPO's ratio rule with the config's ``acpo_*`` fields and
+    the paper's base 0.2 (whatever the method's own ``epsilon``, so that every method is measured against the same
+    rule), at ``diagnostics_num_bins`` bins when set (e.g. 5 bins for a 1-bin ACPO, to compare its clipping per bin)."""
     own = run_config.method.bin_rule_for(run_config) if run_config.method is not None else None
     num_bins = getattr(run_config, "diagnostics_num_bins", None)
     if own is not None and num_bins in (None, own.num_bins):
         return own, True
-    acpo = BinClipRule.from_config(run_config)
+    acpo = BinClipRule.from_config(run_config, base=PAPER_BASE if own is None else None)
     return (acpo if num_bins is None else replace(acpo, num_bins=num_bins)), False
 
 

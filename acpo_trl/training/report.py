@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+from ..losses.table import method_fields
 from .drift_guard import FALLBACK, KL_THRESHOLD, OWN, UNDECIDED
 
 
@@ -90,16 +91,14 @@ def acpo_card_section(args: ACPOConfig, task: str | None, guard: DriftGuard | No
         "",
         f"Trained with `acpo_trl`'s ACPOTrainer, policy loss `{args.policy_loss}`. ACPO (arXiv 2606.22570) clips the",
         "importance ratio of each token within a range set per bin of the current token probability:",
-        "eps_b = clamp(base + alpha * std_b, min, max), std_b the within-bin std of the ratio.",
+        "eps_b = clamp(epsilon + alpha * std_b, min, max), std_b the within-bin std of the ratio.",
         "",
         "| setting | value |",
         "|---|---|",
         f"| policy loss | `{args.policy_loss}` |",
-        f"| probability bins K | {args.acpo_num_bins} |",
-        f"| alpha / base / clip min / clip max | {args.acpo_alpha} / {args.acpo_base_clip} / {args.acpo_clip_min} / "
-        f"{args.acpo_clip_max} |",
-        f"| dual-clip c | {args.dual_clip_c} |",
-        f"| bin statistics | {args.acpo_stats_scope} |",
+        "| its fields | " + (method_fields(args.method, args) if args.method is not None else
+                             f"TRL's own objective: `loss_type` {args.loss_type}, `epsilon` {args.epsilon}, "
+                             f"`epsilon_high` {args.epsilon_high}") + " |",
         f"| loss aggregation | `{args.loss_type}` |",
         f"| regime | {regime}: {upr:g} optimizer updates per rollout |",
         "| drift guard | " + (guard_summary(args, guard.updates_applied, guard.rollouts_cut, steps) if guard else "off")
