@@ -135,9 +135,6 @@ MODES = {
 PARTS = ("cuda_tests", "loss_eager", "train_step", "paper_step", "loss_compiled")
 MIN_PART_S = 15  # a part with less time than this left is skipped
 
-# The loss config: ACPO's defaults (the paper's run) and TRL's fixed clip.
-LOSS_CONFIG = dict(acpo_num_bins=5, acpo_alpha=3.0, acpo_base_clip=0.2, acpo_clip_min=0.0, acpo_clip_max=3.0,
-                   dual_clip_c=3.0, acpo_stats_scope="local", epsilon=0.2, epsilon_high=0.2, delta=None)
 
 
 def figures(device: str) -> list[tuple[str, str, str, str]]:
@@ -290,15 +287,14 @@ def _sync(device: str) -> None:
 def part_loss(mode: dict, compiled: bool, deadline: float) -> dict:
     """ACPO's loss against the fixed clip: registry function + grpo aggregation, forward + backward, metrics
     returned (so that compilation cannot drop them); median over interleaved repeats of `loss_inner` calls."""
-    from types import SimpleNamespace
-
     import torch
 
+    from acpo_trl.config import config_defaults
     from acpo_trl.losses import PolicyLossInputs, aggregate_loss, get_policy_loss
 
     device = mode["device"]
     _require_device(device)
-    config = SimpleNamespace(**LOSS_CONFIG)
+    config = config_defaults()  # ACPO's defaults (the paper's run) and TRL's fixed clip
     batch, length = mode["loss_shape"]
     g = torch.Generator().manual_seed(0)
     logps = torch.nn.functional.logsigmoid(torch.randn(batch, length, generator=g) * 3)  # p spread over (0, 1)

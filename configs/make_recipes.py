@@ -4,8 +4,9 @@
     python configs/make_recipes.py --check   # exit 1 if a committed recipe differs from what this script writes
 
 Every recipe is the ACPO paper's setup (Wang et al. 2026, arXiv 2606.22570: its regimes table, README "Regimes") for one task, model, regime
-and policy loss. Files of one task x model x regime differ only in `policy_loss`, the method's own fields (their
-ACPOConfig defaults, written out) and `output_dir`; tests/test_recipes.py checks that and the batch arithmetic.
+and policy loss. Files of one task x model x regime differ only in `policy_loss`, the method's own fields (the
+paper's values, ACPOConfig's defaults where they agree) and `output_dir`; tests/test_recipes.py checks that and the
+batch arithmetic.
 """
 
 from __future__ import annotations
@@ -13,7 +14,10 @@ from __future__ import annotations
 import argparse
 import sys
 import textwrap
+from dataclasses import fields
 from pathlib import Path
+
+from acpo_trl import ACPOConfig
 
 CONFIGS = Path(__file__).resolve().parent
 
@@ -24,31 +28,39 @@ PROMPTS_PER_MICRO_STEP = 8  # over all processes: a global micro-batch of 80 com
 REGIMES = {"near_on_policy": (128, 64), "off_policy": (256, 16)}
 REGIME_TITLES = {"near_on_policy": "near on-policy", "off_policy": "off-policy"}
 
-# method (file name) -> the policy-loss fields it reads, at the values of the paper's comparison (= their defaults)
+# method (file name) -> (policy_loss, the fields it reads that the recipe writes out, the paper's values where they
+# are not ACPOConfig's defaults). Every other value is read from ACPOConfig (method_fields), so none is typed twice.
 METHODS = {
-    "acpo": {"policy_loss": "acpo", "acpo_num_bins": 5, "acpo_alpha": 3.0, "acpo_base_clip": 0.2,
-             "acpo_clip_min": 0.0, "acpo_clip_max": 3.0, "acpo_stats_scope": "local"},
-    "acpo_log": {"policy_loss": "acpo_log", "acpo_num_bins": 5, "acpo_alpha": 3.0, "acpo_base_clip": 0.2,
-                 "acpo_clip_min": 0.0, "acpo_clip_max": 3.0, "acpo_stats_scope": "local"},
-    "grpo": {"policy_loss": "ppo_clip", "epsilon": 0.2},
-    "dapo": {"policy_loss": "dapo", "dapo_clip_low": 0.2, "dapo_clip_high": 0.3},
-    "cispo": {"policy_loss": "cispo", "cispo_clip_max": 1.45, "cispo_mask": True, "cispo_mask_low": 0.8,
-              "cispo_mask_high": 1.3},
-    "high_entropy": {"policy_loss": "high_entropy", "entropy_token_fraction": 0.2, "dapo_clip_low": 0.2,
-                     "dapo_clip_high": 0.3},
-    "low_entropy": {"policy_loss": "low_entropy", "entropy_token_fraction": 0.2, "dapo_clip_low": 0.2,
-                    "dapo_clip_high": 0.3},
-    "ar_lopti": {"policy_loss": "ar_lopti", "ar_weight_c": 0.3, "lopti_prob_threshold": 0.5,
-                 "ar_lopti_clip_low": 0.2, "ar_lopti_clip_high": 0.24},
-    "dlogp_reweight": {"policy_loss": "dlogp_reweight", "reweight_c": 0.2, "reweight_base_loss": "dapo",
-                       "dapo_clip_low": 0.2, "dapo_clip_high": 0.3},
+    "acpo": ("acpo", ("acpo_num_bins", "acpo_alpha", "epsilon", "acpo_clip_min", "acpo_clip_max", "acpo_stats_scope"),
+             {}),
+    "acpo_log": ("acpo_log", ("acpo_num_bins", "acpo_alpha", "epsilon", "acpo_clip_min", "acpo_clip_max",
+                              "acpo_stats_scope"), {}),
+    "grpo": ("ppo_clip", ("epsilon",), {}),
+    # the ACPO authors' launcher runs every PPO-style baseline at 0.2 / 0.3 (the DAPO paper's 0.28 is dapo's default)
+    "dapo": ("dapo", ("epsilon", "epsilon_high"), {"epsilon_high": 0.3}),
+    "cispo": ("masked_cispo", ("cispo_clip_max", "epsilon", "epsilon_high"), {"epsilon_high": 0.3}),
+    "high_entropy": ("high_entropy", ("entropy_token_fraction", "epsilon", "epsilon_high"), {"epsilon_high": 0.3}),
+    "low_entropy": ("low_entropy", ("entropy_token_fraction", "epsilon", "epsilon_high"), {"epsilon_high": 0.3}),
+    "ar_lopti": ("ar_lopti", ("ar_weight_c", "lopti_prob_threshold", "epsilon", "epsilon_high"), {"epsilon_high": 0.24}),
+    "dlogp_reweight": ("dlogp_reweight", ("reweight_c", "reweight_base_loss", "epsilon", "epsilon_high"),
+                       {"epsilon_high": 0.3}),
 }
+
+
+def method_fields(method: str) -> dict:
+    """``policy_loss`` and the recipe's method fields of ``method``: the paper's value, else ACPOConfig's default."""
+    policy_loss, names, paper = METHODS[method]
+    defaults = {spec.name: spec.default for spec in fields(ACPOConfig)}
+    return {"policy_loss": policy_loss, **{name: paper.get(name, defaults[name]) for name in names}}
+
+
 METHOD_NOTES = {
     "acpo": "bin-wise adaptive clipping, the paper's run (not the reference YAML's alpha 1, min 0.05, max 0.5)",
     "acpo_log": "THIS PACKAGE'S VARIANT, not in the paper: ACPO's bins, eps_b from the within-bin std of log r, r clipped "
                 "to [e^-eps_b, e^eps_b], so the lower clip never vanishes (the paper's alpha, base and clamp)",
     "grpo": "GRPO = TRL's fixed clip [0.8, 1.2], plus the shared dual-clip",
-    "dapo": "clip-higher only, as the ACPO authors ran it (the DAPO paper: 0.28, with dynamic sampling)",
+    "dapo": "clip-higher only, epsilon_high 0.3 as the ACPO authors ran it (the DAPO paper, dapo's default when unset: "
+            "0.28, with dynamic sampling)",
     "cispo": "the ACPO authors' CISPO: detached clamp(r, 0, 1.45), tokens outside (0.8, 1.3) dropped, no dual-clip",
     "high_entropy": "clip [0.8, 1.3] (the authors' launcher's, as for every PPO-style baseline) on the top 20% "
                     "highest-entropy tokens of each sequence",
@@ -124,8 +136,7 @@ def render(task: str, model: str, regime: str, method: str) -> str:
     updates = spg * iterations // accumulation
     n, micro = NUM_PROCESSES, PROMPTS_PER_MICRO_STEP * GROUP_SIZE
     updates_note = " (ar_lopti: num_iterations = 2, one pass per token group)" if iterations == 2 else ""
-    fields = METHODS[method]
-    method_lines = "".join(f"{key}: {_yaml(value)}\n" for key, value in fields.items())
+    method_lines = "".join(f"{key}: {_yaml(value)}\n" for key, value in method_fields(method).items())
     title, task_lines = TASKS[task]
     note = textwrap.fill(f"{method}: {METHOD_NOTES[method]}.", width=116, initial_indent="# ",
                          subsequent_indent="#   ")
@@ -134,7 +145,7 @@ def render(task: str, model: str, regime: str, method: str) -> str:
 {note}
 # The ACPO paper's setup ("What are Key Factors for Updates in RL for LLM Reasoning?", arXiv 2606.22570).
 # GENERATED by configs/make_recipes.py: change the generator and rerun it, not this file. To compare methods,
-# change only `policy_loss` (the method fields below are ACPOConfig's defaults) and `output_dir`.
+# change only `policy_loss` (with the method fields below: the paper's values) and `output_dir`.
 #
 # Launch on one node of 8 GPUs (docs/recipes.md: other GPU counts, LoRA, vLLM server mode):
 #   accelerate launch --config_file configs/accelerate/{ACCELERATE[model]}.yaml examples/train_acpo.py \\
@@ -164,7 +175,7 @@ dtype: float32  # fp32 master weights under bf16 autocast: in bf16 weights, lr-1
 loss_type: grpo  # token mean within a sequence, then mean over sequences
 scale_rewards: group  # GRPO advantages: reward minus group mean, over group std
 beta: 0.0  # no KL, no reference model
-dual_clip_c: 3.0  # for A < 0 the per-token loss is capped at -3 A (every clipped objective; not cispo)
+dual_clip_c: 3.0  # for A < 0 the per-token loss is capped at -3 A (every clipped objective; cispo has none: not here)
 mask_truncated_completions: false  # no overlong shaping
 
 # Batch arithmetic (header)
