@@ -4,6 +4,22 @@ from __future__ import annotations
 
 DEFAULT_LR = 5e-4  # the testbed's learning rate (docs/RESULTS.md, "Testbed"); the drift grid varies it
 
+# What a method's name means in a study grid, where it is not the registry's method at its defaults: name ->
+# (policy_loss, options it sets). The ACPO paper's baselines as its authors ran them (DAPO and the entropy methods at
+# clip 0.2 / 0.3; this package's defaults when the committed grids ran, before every clip became TRL's epsilon /
+# epsilon_high), the first DCPO cells' eps_low / eps_high (0.16 / 0.2), the ACPO authors' CISPO by its new name, and
+# GSPO at TRL's paper-index settings. These options do not name the variant (its run id and table row are the name);
+# a variant's own options override them.
+STUDY_METHODS = {
+    "dapo": ("dapo", (("epsilon_high", 0.3),)),
+    "high_entropy": ("high_entropy", (("epsilon_high", 0.3),)),
+    "low_entropy": ("low_entropy", (("epsilon_high", 0.3),)),
+    "dcpo": ("dcpo", (("epsilon", 0.16), ("epsilon_high", 0.2))),
+    "cispo": ("masked_cispo", ()),
+    "gspo": ("ppo_clip", (("importance_sampling_level", "sequence"), ("epsilon", 3e-4), ("epsilon_high", 4e-4),
+                          ("dual_clip_c", None))),
+}
+
 
 class GridCell:
     """Mixin for a cell with ``task``, ``method``, ``alpha``, ``clip``, ``upr`` and ``seed`` (and, on the testbed,
@@ -27,6 +43,11 @@ class GridCell:
         return variant_label(self.method, self.alpha, self.clip, getattr(self, "options", ()))
 
     @property
+    def policy_loss(self) -> str:
+        """The registry method the cell trains (``STUDY_METHODS``: a study name's method; else the name itself)."""
+        return STUDY_METHODS.get(self.method, (self.method, ()))[0]
+
+    @property
     def run_id(self) -> str:
         alpha = "" if self.alpha is None else f"-alpha{self.alpha:g}"
         clip = "" if self.clip is None else f"-clip{self.clip[0]:g}-{self.clip[1]:g}"
@@ -34,18 +55,26 @@ class GridCell:
         return f"{self.group}/{self.method}{alpha}{clip}{options}/upr{self.upr}/seed{self.seed}"
 
     def config_overrides(self) -> dict:
-        """The ACPOConfig fields the cell sets beyond its method: alpha, the [eps_min, eps_max] clamp, the options."""
-        overrides = {} if self.alpha is None else {"acpo_alpha": self.alpha}
+        """The ACPOConfig fields the cell sets beyond its method: what the study's name sets (``STUDY_METHODS``),
+        alpha, the [eps_min, eps_max] clamp, the options."""
+        overrides = dict(STUDY_METHODS.get(self.method, (self.method, ()))[1])
+        if self.alpha is not None:
+            overrides["acpo_alpha"] = self.alpha
         if self.clip is not None:
             overrides.update(acpo_clip_min=self.clip[0], acpo_clip_max=self.clip[1])
         overrides.update(getattr(self, "options", ()))
         return overrides
 
 
+# Options that change what is measured, not what is trained (what is logged, the held-out evaluation): they name no
+# variant, so that a run with them stays the same variant and the same row.
+MEASURING_OPTIONS = ("diagnostics_", "eval_", "num_eval_tasks")
+
+
 def naming_options(options) -> list[tuple[str, object]]:
-    """The options that name a variant: all but the ``diagnostics_*`` fields, which change what is logged, not what
-    is trained."""
-    return [(name, value) for name, value in options if not name.startswith("diagnostics_")]
+    """The options that name a variant: all but the ``MEASURING_OPTIONS``, which change what is logged or evaluated,
+    not what is trained."""
+    return [(name, value) for name, value in options if not name.startswith(MEASURING_OPTIONS)]
 
 
 def variant_label(method: str, alpha: float | None = None, clip: tuple[float, float] | None = None,

@@ -283,7 +283,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--measures", nargs="+", choices=("ratio_std", "kl"), default=None,
                        help="--guard: the guard's measures (default both; kl runs at level a)")
         p.add_argument("--methods", nargs="+", default=None,
-                       help=f"policy losses (default {' '.join(PAPER_METHODS)}; 'all': every registered one)")
+                       help=f"policy losses (default {' '.join(PAPER_METHODS)}; 'all': every registered one), or the "
+                            "study's names: dapo and the entropy methods at the ACPO authors' clip 0.2 / 0.3, gspo "
+                            "(ppo_clip at sequence level, TRL's 3e-4 / 4e-4), cispo (masked_cispo)")
         p.add_argument("--uprs", nargs="+", type=argument(int, AT_LEAST_ONE), default=None)
         p.add_argument("--seeds", type=argument(int, AT_LEAST_ONE), default=None, help="number of seeds (0..N-1)")
         p.add_argument("--alphas", nargs="*", type=argument(float, NON_NEGATIVE), default=None,
@@ -320,8 +322,9 @@ def _check_args(args) -> None:
     """Unknown --methods / --tasks or a missing --recipe fail before the grid starts, not in each of its runs."""
     from ..losses import POLICY_LOSSES
     from ..tasks.testbed import TESTBED_TASKS
+    from .cell import STUDY_METHODS
 
-    for flag, given, known in (("--methods", args.methods, [*POLICY_LOSSES, "all"]),
+    for flag, given, known in (("--methods", args.methods, [*POLICY_LOSSES, *STUDY_METHODS, "all"]),
                                ("--tasks", args.tasks, TESTBED_TASKS)):
         unknown = [name for name in given or () if name not in known]
         if unknown:

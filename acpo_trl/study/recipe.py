@@ -139,7 +139,7 @@ class RecipeRunSpec(GridCell):
         """The ``acpo-train`` command line of this cell."""
         accumulation = int(self.config.get("gradient_accumulation_steps", 1))
         args = [
-            "--config", self.recipe, "--output_dir", str(run_dir), "--policy_loss", self.method,
+            "--config", self.recipe, "--output_dir", str(run_dir), "--policy_loss", self.policy_loss,
             "--steps_per_generation", str(self.upr * accumulation), "--seed", str(self.seed),
             "--report", "true", "--report_eval_steps", str(self.eval_steps), "--logging_steps", "1",
             "--diagnostics", "true", "--diagnostics_grad_every", str(self.grad_every),

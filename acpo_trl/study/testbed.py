@@ -372,7 +372,7 @@ class RunSpec(GridCell):
             steps_per_generation=self.upr, gradient_accumulation_steps=1, max_completion_length=self.max_new_tokens,
             temperature=1.0, top_p=1.0, learning_rate=self.lr, lr_scheduler_type="constant", warmup_steps=0,
             weight_decay=0.01, max_grad_norm=1.0, beta=0.0, loss_type="grpo", max_steps=self.steps, logging_steps=1,
-            save_strategy="no", disable_tqdm=True, dataloader_num_workers=0, policy_loss=self.method,
+            save_strategy="no", disable_tqdm=True, dataloader_num_workers=0, policy_loss=self.policy_loss,
             gradient_checkpointing=False,  # TRL's GRPO default is True: a recomputed forward, for nothing at this size
             diagnostics=True, diagnostics_grad_every=self.grad_every,
             **self.config_overrides(),
