@@ -5,7 +5,6 @@ training run per method."""
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -13,18 +12,15 @@ import torch
 from acpo_trl.losses import PolicyLossInputs, entropy_rank_mask, flatten_metrics, get_policy_loss
 from conftest import trainer_kwargs
 
-METHODS = ["dapo", "cispo", "high_entropy", "low_entropy", "ar_lopti", "dlogp_reweight", "dominate", "ppl"]
+METHODS = ["dapo", "masked_cispo", "trl_cispo", "high_entropy", "low_entropy", "ar_lopti", "dlogp_reweight", "dominate",
+           "ppl", "sapo", "vespo", "unclipped"]
 
 
 def config(**overrides):
-    fields = dict(
-        epsilon=0.2, epsilon_high=None, delta=None, dual_clip_c=3.0, dapo_clip_low=0.2, dapo_clip_high=0.3,
-        cispo_clip_max=1.45, cispo_mask=True, cispo_mask_low=0.8, cispo_mask_high=1.3, entropy_token_fraction=0.2,
-        ar_weight_c=0.3, lopti_prob_threshold=0.5, ar_lopti_clip_low=0.2, ar_lopti_clip_high=0.24,
-        reweight_c=0.2, reweight_base_loss="dapo", ppl_clamp=False,
-    )
-    fields.update(overrides)
-    return SimpleNamespace(**fields)
+    """ACPOConfig's defaults at the ACPO authors' clip 0.2 / 0.3 (the values the rules below are worked out at)."""
+    from acpo_trl.config import config_defaults
+
+    return config_defaults(**{"epsilon_high": 0.3, **overrides})
 
 
 def tokens(ratios, advantages, p_current=0.5, mask=None):
@@ -55,10 +51,20 @@ def test_dapo_clip_higher_by_hand():
     assert metrics["clip_ratio/high_mean"] == (1.0, 5.0) and metrics["clip_ratio/low_mean"] == (2.0, 5.0)
 
 
-@pytest.mark.parametrize("masked", [True, False])
-def test_cispo_by_hand(masked):
+def test_dapo_takes_the_papers_clip_higher_when_epsilon_high_is_unset():
+    # r = 1.29 is inside [0.8, 1.3] but above the DAPO paper's 1.28: clipped with epsilon_high unset.
+    inputs = tokens([1.29], [1.0])
+    assert loss_and_grad("dapo", inputs, config())[0] == pytest.approx([-1.29])
+    assert loss_and_grad("dapo", inputs, config(epsilon_high=None))[0] == pytest.approx([-1.28])
+    assert loss_and_grad("ppo_clip", inputs, config(epsilon_high=None))[0] == pytest.approx([-1.2])  # TRL: = epsilon
+
+
+@pytest.mark.parametrize("name", ["masked_cispo", "trl_cispo"])
+def test_cispo_by_hand(name):
     inputs = tokens([1.5, 1.2, 0.5, 2.0, 0.9], [1.0, 1.0, -1.0, -1.0, 2.0], p_current=0.25)
-    loss, grad, metrics = loss_and_grad("cispo", inputs, config(cispo_mask=masked))
+    masked = name == "masked_cispo"
+    # masked_cispo caps at cispo_clip_max (1.45), trl_cispo at epsilon_high (TRL's cap, here set to 1.45 too)
+    loss, grad, metrics = loss_and_grad(name, inputs, config(epsilon_high=None if masked else 1.45))
     logp = math.log(0.25)
     # l = -A sg(clamp(r, 0, 1.45)) logp; grad wrt logp = -A clamp(r).
     weights = [1.45, 1.2, 0.5, 1.45, 0.9]
@@ -68,8 +74,52 @@ def test_cispo_by_hand(masked):
         expected_grad[0] = expected_grad[2] = 0.0
     assert grad == pytest.approx(expected_grad)
     assert loss == pytest.approx([g * logp for g in expected_grad])
-    assert metrics["cispo/mask_frac"] == ((2.0 if masked else 0.0), 5.0)
+    assert metrics.get("cispo/mask_frac", (0.0, 5.0)) == ((2.0 if masked else 0.0), 5.0)
     assert metrics["cispo/weight_clip_frac"] == (2.0, 5.0)
+
+
+def test_trl_cispo_caps_at_trls_five_when_epsilon_high_is_unset():
+    inputs = tokens([6.0, 4.0], [1.0, 1.0])
+    _, grad, _ = loss_and_grad("trl_cispo", inputs, config(epsilon_high=None))
+    assert grad == pytest.approx([-5.0, -4.0])
+
+
+def test_unclipped_is_the_importance_weighted_policy_gradient():
+    # l = -A r whatever r: no clip (r = 3 with A > 0), no dual clip (r = 9 with A < 0), gradient -A r.
+    inputs = tokens([3.0, 0.1, 9.0], [1.0, -1.0, -1.0])
+    loss, grad, metrics = loss_and_grad("unclipped", inputs, config())
+    assert loss == pytest.approx([-3.0, 0.1, 9.0])
+    assert grad == pytest.approx([-3.0, 0.1, 9.0])
+    assert metrics["clip_ratio/region_mean"] == (0.0, 3.0)
+
+
+def test_sapo_soft_gate_by_hand():
+    # l = -A (4 / tau) sigmoid(tau (r - 1)); dl/dlogp = -A r 4 s (1 - s), s = sigmoid(tau (r - 1)).
+    inputs = tokens([1.0, 2.0, 0.5], [1.0, -1.0, -1.0])
+    loss, grad, metrics = loss_and_grad("sapo", inputs, config())
+    sig = lambda x: 1 / (1 + math.exp(-x))  # noqa: E731
+    expected_loss, expected_grad = [], []
+    for r, a in ((1.0, 1.0), (2.0, -1.0), (0.5, -1.0)):
+        tau = 1.0 if a > 0 else 1.05
+        s = sig(tau * (r - 1))
+        expected_loss.append(-a * 4 / tau * s)
+        expected_grad.append(-a * r * 4 * s * (1 - s))
+    assert loss == pytest.approx(expected_loss) and grad == pytest.approx(expected_grad)
+    assert expected_loss[0] == pytest.approx(-2.0) and expected_grad[0] == pytest.approx(-1.0)  # r = 1: the PG
+    # The gate is 1 at r = 1 and 4 s (1 - s) elsewhere; none of these three falls below one half.
+    assert metrics["sapo/half_gated_frac"] == (0.0, 3.0)
+
+
+def test_vespo_sequence_weight_by_hand():
+    # One sequence of two tokens with log r = 0.1 and 0.2: w = e^0.3; A > 0: k = 2, lambda = 3, phi = e^3 w^2 e^(-3 w).
+    logps = torch.log(torch.tensor([[0.5, 0.4]])).requires_grad_(True)
+    old = logps.detach() - torch.tensor([[0.1, 0.2]])
+    inputs = PolicyLossInputs(logps, old, torch.tensor([[1.5]]), torch.ones(1, 2))
+    _, grad, metrics = loss_and_grad("vespo", inputs, config())
+    w = math.exp(0.3)
+    phi = math.exp(3 + 2 * math.log(w) - 3 * w)
+    assert grad == pytest.approx([-1.5 * phi, -1.5 * phi])  # REINFORCE weighted by the detached phi
+    assert metrics["vespo/phi_mean"][0] / metrics["vespo/phi_mean"][1] == pytest.approx(phi)
 
 
 def test_per_sequence_entropy_selection_by_hand():
@@ -108,8 +158,8 @@ def test_per_sequence_entropy_selection_by_hand():
 
 
 def test_entropy_methods_clip_at_the_authors_range():
-    # The authors' launcher runs the entropy baselines with clip 0.2 / 0.3: r = 1.25 (A > 0) is inside, r = 1.35
-    # is clipped at 1.3; one token per row, so each is its sequence's only (kept) token.
+    # The authors' launcher runs the entropy baselines with clip 0.2 / 0.3 (config()): r = 1.25 (A > 0) is inside,
+    # r = 1.35 is clipped at 1.3; one token per row, so each is its sequence's only (kept) token.
     inputs = tokens([1.25, 1.35], [1.0, 1.0])
     inputs.entropies = torch.ones(2, 1)
     for name in ("high_entropy", "low_entropy"):
@@ -135,12 +185,12 @@ def test_token_reweightings_by_hand(name, weight):
 
 
 def test_reweighting_composes_with_the_chosen_objective():
-    # r = 1.4 with A > 0 is clipped at the base objective's bound: 1.3 for dapo, 1.2 for ppo_clip.
+    # r = 1.4 with A > 0 is clipped at the base objective's bound, epsilon_high unset: 1.28 for dapo, 1.2 for ppo_clip.
     logps = torch.full((1, 1), math.log(0.5 * 1.4), requires_grad=True)
     inputs = PolicyLossInputs(logps, torch.full((1, 1), math.log(0.5)), torch.ones(1, 1), torch.ones(1, 1))
     w = 1 + 0.2 * 0.5
-    for base, bound in (("dapo", 1.3), ("ppo_clip", 1.2)):
-        loss, _, _ = loss_and_grad("dlogp_reweight", inputs, config(reweight_base_loss=base))
+    for base, bound in (("dapo", 1.28), ("ppo_clip", 1.2)):
+        loss, _, _ = loss_and_grad("dlogp_reweight", inputs, config(reweight_base_loss=base, epsilon_high=None))
         assert loss == pytest.approx([-w * bound])
 
 
@@ -159,14 +209,15 @@ def test_ppl_reweighting_by_hand():
 
 
 def test_ar_lopti_passes_by_hand():
-    # Two tokens per row, p_old = 0.3 (low) and 0.8 (high); r = 1.3 for both (clipped at 1.24 for A > 0).
+    # Two tokens per row, p_old = 0.3 (low) and 0.8 (high); r = 1.3 for both (clipped at 1.24 for A > 0: the
+    # method's epsilon_high when it is unset).
     p_old = torch.tensor([[0.3, 0.8]])
     logps = (p_old * 1.3).log().requires_grad_(True)
     inputs = PolicyLossInputs(logps, p_old.log(), torch.ones(1, 1), torch.ones(1, 2))
     w = [0.3 * 0.3 + 0.7, 0.3 * 0.8 + 0.7]
     for update_pass, kept in ((0, 0), (1, 1)):
         inputs.update_pass = update_pass
-        loss, grad, metrics = loss_and_grad("ar_lopti", inputs, config())
+        loss, grad, metrics = loss_and_grad("ar_lopti", inputs, config(epsilon_high=None))
         expected = [0.0, 0.0]
         expected[kept] = -w[kept] * 1.24
         assert loss == pytest.approx(expected)
@@ -174,7 +225,7 @@ def test_ar_lopti_passes_by_hand():
         assert metrics["lopti/low_prob_frac"] == (1.0, 2.0)
     inputs.logps = (p_old * 1.1).log().requires_grad_(True)
     inputs.update_pass = 1
-    _, grad, _ = loss_and_grad("ar_lopti", inputs, config())
+    _, grad, _ = loss_and_grad("ar_lopti", inputs, config(epsilon_high=None))
     assert grad == pytest.approx([0.0, -w[1] * 1.1])  # inside the clip: -w A r on the high-probability token
 
 
@@ -204,8 +255,9 @@ def make_trainer(tmp_path, model_path, **overrides):
                        processing_class=build_tokenizer())
 
 
-def test_cispo_unmasked_equals_trl(tmp_path, tiny_dir):
-    """TRL's loss_type='cispo' (epsilon_high = clamp max, dapo normalisation) on the same inputs."""
+def test_deprecated_unmasked_cispo_is_trls(tmp_path, tiny_dir):
+    """The deprecated `cispo_mask: false` is trl_cispo with epsilon_high = cispo_clip_max: TRL's loss_type='cispo'
+    (dapo normalisation) on the same inputs."""
     from trl import GRPOConfig, GRPOTrainer
 
     from acpo_trl.utils.tiny_models import build_tokenizer
@@ -263,9 +315,11 @@ def test_ar_lopti_second_pass_sees_first_pass_movement(tmp_path, tiny_dir):
 @pytest.mark.parametrize("method", METHODS)
 def test_off_policy_training_run(tmp_path, tiny_dir, method):
     own_metric = {
-        "dapo": "clip_ratio/region_mean", "cispo": "cispo/mask_frac", "high_entropy": "entropy/selected_frac",
-        "low_entropy": "entropy/selected_frac", "ar_lopti": "lopti/low_prob_frac",
-        "dlogp_reweight": "reweight/mean_weight", "dominate": "reweight/mean_weight", "ppl": "reweight/mean_weight",
+        "dapo": "clip_ratio/region_mean", "masked_cispo": "cispo/mask_frac", "trl_cispo": "cispo/weight_clip_frac",
+        "high_entropy": "entropy/selected_frac", "low_entropy": "entropy/selected_frac",
+        "ar_lopti": "lopti/low_prob_frac", "dlogp_reweight": "reweight/mean_weight", "dominate": "reweight/mean_weight",
+        "ppl": "reweight/mean_weight", "sapo": "sapo/gate_mean", "vespo": "vespo/phi_mean",
+        "unclipped": "clip_ratio/region_mean",
     }[method]
     trainer = make_trainer(tmp_path, tiny_dir, policy_loss=method, steps_per_generation=2, max_steps=4,
                            learning_rate=2e-2)

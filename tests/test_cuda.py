@@ -25,6 +25,8 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from acpo_trl.config import config_defaults
+
 from conftest import trainer_kwargs
 
 HAS_CUDA = torch.cuda.is_available()
@@ -33,8 +35,7 @@ needs_cuda = pytest.mark.skipif(not HAS_CUDA, reason="needs a CUDA GPU (torch.cu
 ON_CUDA = [pytest.mark.cuda, needs_cuda]
 DEVICES = [pytest.param("cpu", id="cpu"), pytest.param("cuda", id="cuda", marks=ON_CUDA)]
 
-CONFIG = SimpleNamespace(acpo_num_bins=5, acpo_alpha=3.0, acpo_base_clip=0.2, acpo_clip_min=0.0, acpo_clip_max=3.0,
-                         dual_clip_c=3.0, acpo_stats_scope="local", delta=None)
+CONFIG = config_defaults()  # ACPO's defaults (the paper's run)
 
 
 def spread_inputs(batch: int = 8, length: int = 1024, seed: int = 0):

@@ -80,7 +80,7 @@ def write_recipe(directory: Path, model_dir: str, name: str, **overrides) -> Pat
         "per_device_train_batch_size": 4, "num_generations": 4, "steps_per_generation": 2,
         "gradient_accumulation_steps": 1, "max_completion_length": 8, "learning_rate": 0.01,
         "max_steps": 4, "logging_steps": 1, "save_strategy": "no", "report_to": "none", "disable_tqdm": True,
-        "policy_loss": "acpo", "acpo_num_bins": 5, "acpo_alpha": ALPHA, "acpo_base_clip": BASE,
+        "policy_loss": "acpo", "acpo_num_bins": 5, "acpo_alpha": ALPHA, "epsilon": BASE,
         "acpo_clip_min": EPS_MIN, "acpo_clip_max": EPS_MAX, "acpo_stats_scope": "global",
     }
     recipe.update(overrides)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-from types import SimpleNamespace
 
 import pytest
 import torch
@@ -12,12 +11,9 @@ from acpo_trl.losses import POLICY_LOSSES, PolicyLossInputs, aggregate_loss, fla
 
 
 def acpo_args(**overrides):
-    args = dict(
-        acpo_num_bins=5, acpo_alpha=3.0, acpo_base_clip=0.2, acpo_clip_min=0.0, acpo_clip_max=3.0,
-        dual_clip_c=3.0, acpo_stats_scope="local", epsilon=0.2, epsilon_high=0.2, delta=None,
-    )
-    args.update(overrides)
-    return SimpleNamespace(**args)
+    from acpo_trl.config import config_defaults
+
+    return config_defaults(**overrides)
 
 
 def scalar_metrics(metrics):
@@ -209,7 +205,7 @@ def test_dcpo_bounds_and_loss_by_hand():
     assert low[0].tolist() == pytest.approx([0.5 + 0.5 * math.sqrt(1 - 0.64 / 0.9), 0.5], rel=1e-5)
     assert high[0].tolist() == pytest.approx([0.5 + 0.5 * math.sqrt(1 + 0.8 / 0.9), 5.0], rel=1e-5)
     assert high[2, 0].item() == pytest.approx(10.0) and low[2, 0].item() == 0.5
-    args = acpo_args(dcpo_clip_low=0.16, dcpo_clip_high=0.2, dcpo_ratio_cap=10.0)
+    args = acpo_args(epsilon=0.16, epsilon_high=0.2, dcpo_ratio_cap=10.0)
     out = get_policy_loss("dcpo")(PolicyLossInputs(logps, old_logps, advantages, mask), args)
     loss = out.per_token_loss
     # Row 0 (A = +1): r = 1.3 above 1.18718 at q = 0.9 -> clipped; r = 4 inside [0.5, 5] at q = 0.01 -> -4 (a fixed

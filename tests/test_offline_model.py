@@ -108,3 +108,41 @@ def test_smollm2_evaluation_matches_hand_scores(smollm2, tmp_path):
     for j in (1, 2):
         expected = sum(1 - math.comb(2 - c, j) / math.comb(2, j) for c in counts) / 4
         assert metrics[f"pass@{j}"] == pytest.approx(expected)
+
+
+# The README demo's first rollout (configs/demo.yaml, 4 updates), as the code before TRL's clip vocabulary trained it
+# (acpo_base_clip, now epsilon): per step the policy loss and ACPO's eps per bin (None: an empty bin); the first
+# rollout's mean reward. Recorded at one torch thread on the 2-core Xeon, 2026-12-07.
+DEMO_FIRST_ROLLOUT = [
+    (0.097909100354, [0.2003, 0.2003, 0.2003, 0.2003, 0.2003]),
+    (-0.043994925916, [1.281160170896, 1.33794559486, 2.638559561374, 0.56977708615, 0.430106818439]),
+    (-0.067765496671, [1.306051509524, None, 0.955790589426, 3.0, 0.428656716134]),
+    (-0.012043308467, [2.935394026492, 2.05213821265, 0.2003, 1.937498924028, 1.132485667398]),
+]
+
+
+@needs_package
+@pytest.mark.slow
+def test_the_demo_trains_as_it_did_before_the_clip_fields_moved(tmp_path):
+    """The seeded demo is unchanged by the move of ACPO's base range to TRL's `epsilon`: its first rollout gives the
+    same losses and clip ranges as the code before it."""
+    import torch
+
+    from acpo_trl.train import make_parser, run
+    from acpo_trl.utils.cli_errors import parse_config
+
+    args = parse_config(make_parser(), ["--config", "configs/demo.yaml", "--max_steps", "4", "--report", "false",
+                                        "--save_final_model", "false", "--output_dir", str(tmp_path)])
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # as recorded: float sums round with the thread count
+    try:
+        trainer = run(*args)
+    finally:
+        torch.set_num_threads(threads)
+    logged = [entry for entry in trainer.state.log_history if "policy_loss" in entry]
+    assert logged[0]["reward"] == 0.15625
+    for entry, (loss, eps) in zip(logged, DEMO_FIRST_ROLLOUT, strict=True):
+        assert entry["policy_loss"] == pytest.approx(loss, rel=1e-5)
+        for b, expected in enumerate(eps):
+            value = entry.get(f"acpo/bin{b}/eps")
+            assert value == expected if expected is None else value == pytest.approx(expected, rel=1e-5)

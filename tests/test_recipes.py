@@ -22,7 +22,7 @@ RECIPES = sorted(p for p in CONFIGS.glob("*/*.yaml") if p.parent not in (ACCELER
 PAPER = {"near_on_policy": (128, 64, 2), "off_policy": (256, 16, 16)}
 GROUP_SIZE = 10
 MATH_METHODS = ["acpo", "acpo_log", "grpo", "dapo", "cispo", "high_entropy", "low_entropy", "ar_lopti", "dlogp_reweight"]
-POLICY_LOSS = {"grpo": "ppo_clip"}  # file name -> policy_loss where they differ
+POLICY_LOSS = {"grpo": "ppo_clip", "cispo": "masked_cispo"}  # file name -> policy_loss where they differ
 MODELS = {"qwen2.5-3b": "Qwen/Qwen2.5-3B", "qwen2.5-7b": "Qwen/Qwen2.5-7B"}
 NAME = re.compile(r"(?P<model>qwen2\.5-\d+b)_(?P<method>\w+?)_(?P<regime>near_on_policy|off_policy)")
 # Fields that name the run rather than configure it.
@@ -64,10 +64,15 @@ def test_the_recipe_set():
     assert {str(p.relative_to(CONFIGS)) for p in RECIPES} == expected
 
 
-def test_recipes_are_what_the_generator_writes():
+def load_make_recipes():
     spec = importlib.util.spec_from_file_location("make_recipes", CONFIGS / "make_recipes.py")
     make_recipes = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(make_recipes)
+    return make_recipes
+
+
+def test_recipes_are_what_the_generator_writes():
+    make_recipes = load_make_recipes()
     generated = make_recipes.recipes()
     assert sorted(generated) == RECIPES
     stale = [str(p.relative_to(CONFIGS)) for p, text in generated.items() if p.read_text() != text]
@@ -118,11 +123,14 @@ def comparable(parsed) -> list[dict]:
 @pytest.mark.parametrize("path", [p for p in RECIPES if name_parts(p)["method"] != "acpo"],
                          ids=lambda p: str(p.relative_to(CONFIGS)))
 def test_a_method_is_the_acpo_recipe_with_another_policy_loss(path):
-    """The comparison table is rerun by changing `policy_loss` alone in the ACPO recipe of the same regime."""
+    """The comparison table is rerun by changing `policy_loss` and the method's own fields (the paper's values,
+    e.g. DAPO's epsilon_high 0.3) in the ACPO recipe of the same regime."""
     parts = name_parts(path)
     acpo = path.with_name(f"{parts['model']}_acpo_{parts['regime']}.yaml")
     method = parse(path)
-    switched = parse(acpo, "--policy_loss", method[1].policy_loss)
+    fields = load_make_recipes().method_fields(parts["method"])
+    flags = [item for name, value in fields.items() for item in (f"--{name}", str(value))]
+    switched = parse(acpo, *flags)
     assert comparable(switched) == comparable(method)
 
 

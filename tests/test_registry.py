@@ -23,7 +23,7 @@ def throwaway_method():
         if config.epsilon > 0.5:
             raise ValueError(f"ACPOConfig.epsilon={config.epsilon!r}: {THROWAWAY} needs epsilon <= 0.5.")
 
-    @register_policy_loss(THROWAWAY, needs={"logppl_z"}, validate=validate)
+    @register_policy_loss(THROWAWAY, needs={"logppl_z"}, validate=validate, reads={"epsilon"})
     def loss(inputs, config):
         seen.append(inputs)
         weights = (1 + 0.1 * inputs.logppl_z).unsqueeze(-1)
@@ -66,7 +66,7 @@ def test_built_in_entries_declare_needs_passes_and_validation():
     assert get_policy_loss("ar_lopti").passes_per_rollout == 2
     assert get_policy_loss("ar_lopti").needs == {"update_pass"}
     assert get_policy_loss("high_entropy").needs == get_policy_loss("low_entropy").needs == {"entropies"}
-    assert all(POLICY_LOSSES[name].needs == set() for name in ("acpo", "acpo_log", "ppo_clip", "dapo", "cispo"))
+    assert all(POLICY_LOSSES[name].needs == set() for name in ("acpo", "acpo_log", "ppo_clip", "dapo", "masked_cispo"))
     # A reweighting feeds its base objective: that objective's needs and validation apply too.
     ppl = get_policy_loss("ppl")
     assert ppl.needs_for(SimpleNamespace(reweight_base_loss="dapo")) == {"logppl_z"}

@@ -296,6 +296,20 @@ def test_quick_grid_runs_resumes_and_redoes_only_an_interrupted_run(tmp_path, ca
 # ---------------------------------------------------------------------------------------------------------------
 # The study through a recipe: each cell an acpo-train run; the GPU recipe, built but not run here.
 
+def toy_recipe(tmp_path, tiny_dir, **overrides) -> Path:
+    """A recipe of the tiny local model on the toy task (CPU, a few steps), written to ``tmp_path/toy_recipe.yaml``."""
+    import yaml
+
+    recipe = tmp_path / "toy_recipe.yaml"
+    recipe.write_text(yaml.safe_dump({
+        "model_name_or_path": tiny_dir, "task": "toy", "num_train_tasks": 64, "num_eval_tasks": 4, "eval_k": 2,
+        "use_cpu": True, "bf16": False, "per_device_train_batch_size": 8, "num_generations": 4,
+        "max_completion_length": 8, "learning_rate": 0.01, "max_steps": 2, "report_to": "none",
+        "disable_tqdm": True, "output_dir": str(tmp_path / "unused"), **overrides,
+    }))
+    return recipe
+
+
 STUDY_RECIPE = "configs/study/qwen2.5-0.5b-instruct_countdown.yaml"
 
 
@@ -331,7 +345,7 @@ def test_recipe_cell_changes_only_what_the_study_varies(tmp_path):
     grid_cell = recipe_grid(STUDY_RECIPE, methods=["cispo"], uprs=[16], seeds=[1], alphas=[])[0]
     script_args, training_args, _ = make_parser().parse_args_and_config(
         args=[*grid_cell.command(tmp_path / "gpu")[len(grid_cell.launcher):], "--use_cpu", "true"])
-    assert training_args.policy_loss == "cispo" and training_args.updates_per_rollout == 16
+    assert training_args.policy_loss == "masked_cispo" and training_args.updates_per_rollout == 16  # the new name
     assert script_args.report and script_args.report_eval_steps == 50 and training_args.diagnostics
     assert not script_args.save_final_model  # a cell writes no weights
     from acpo_trl.train import ACPOScriptArguments
@@ -505,18 +519,11 @@ def test_a_recipe_cell_keys_its_start_evaluation_by_the_checkpoint_it_starts_fro
 
 @pytest.mark.slow
 def test_recipe_study_runs_acpo_train_per_cell_and_reports(tmp_path, tiny_dir, capsys):
-    import yaml
 
     from acpo_trl.study.cli import main
     from acpo_trl.study.recipe import checkpoint_digest
 
-    recipe = tmp_path / "toy_recipe.yaml"
-    recipe.write_text(yaml.safe_dump({
-        "model_name_or_path": tiny_dir, "task": "toy", "num_train_tasks": 64, "num_eval_tasks": 4, "eval_k": 2,
-        "use_cpu": True, "bf16": False, "per_device_train_batch_size": 8, "num_generations": 4,
-        "max_completion_length": 8, "learning_rate": 0.01, "max_steps": 2, "report_to": "none",
-        "disable_tqdm": True, "output_dir": str(tmp_path / "unused"),
-    }))
+    recipe = toy_recipe(tmp_path, tiny_dir)
     out = tmp_path / "study"
     digest = checkpoint_digest(tiny_dir)
     argv = ["run", "--recipe", str(recipe), "--out", str(out), "--methods", "acpo", "dapo", "--uprs", "1", "2",
@@ -544,19 +551,41 @@ def test_recipe_study_runs_acpo_train_per_cell_and_reports(tmp_path, tiny_dir, c
 
 
 @pytest.mark.slow
-def test_drift_command_measures_ratio_dispersion_per_update_and_bin(tmp_path, tiny_dir, capsys):
-    """``acpo-study drift`` on a recipe (the tiny model here): per learning rate, per k and bin, JSON + table + PNG;
-    the first update of a rollout is on-policy (ratio std ~0, eps = base) and a larger lr drifts more."""
-    import yaml
+def test_trls_trust_regions_and_the_unclipped_control_run_as_study_cells_with_the_diagnostics(tmp_path, tiny_dir):
+    """GSPO (the study's name: ppo_clip at sequence level, TRL's 3e-4 / 4e-4), SAPO, TRL's CISPO, VESPO and the
+    unclipped update, each an acpo-train cell of a recipe study with the per-bin diagnostics and its clip or gate
+    shares; the study's DAPO keeps the committed grids' 0.3."""
 
     from acpo_trl.study.cli import main
 
-    recipe = tmp_path / "toy_recipe.yaml"
-    recipe.write_text(yaml.safe_dump({
-        "model_name_or_path": tiny_dir, "task": "toy", "num_train_tasks": 64, "use_cpu": True, "bf16": False,
-        "per_device_train_batch_size": 8, "num_generations": 4, "max_completion_length": 8, "report_to": "none",
-        "disable_tqdm": True, "output_dir": str(tmp_path / "unused"),
-    }))
+    recipe = toy_recipe(tmp_path, tiny_dir, learning_rate=0.05)
+    out = tmp_path / "study"
+    methods = ("gspo", "sapo", "trl_cispo", "vespo", "unclipped", "dapo")
+    assert main(["run", "--recipe", str(recipe), "--out", str(out), "--methods", *methods, "--uprs", "2",
+                 "--seeds", "1", "--alphas", "--eval-steps", "2", "--jobs", "2", "--plots", "none"]) == 0
+    own = {"gspo": "clip_ratio/region_mean", "sapo": "sapo/gate_mean", "trl_cispo": "cispo/weight_clip_frac",
+           "vespo": "vespo/phi_mean", "unclipped": "clip_ratio/region_mean", "dapo": "clip_ratio/region_mean"}
+    for method in methods:
+        cell = out / "runs" / f"toy_recipe/{method}/upr2/seed0"
+        result = json.loads((cell / "result.json").read_text())
+        assert result["diagnostics"]["bins"]["ratio_std"], method  # the per-bin ratio spread, any method
+        entries = [json.loads(line) for line in (cell / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        assert any(own[method] in e for e in entries), method
+        assert any("diag/k1/bin0/clip_frac_pos" in e or "diag/k1/bin1/clip_frac_pos" in e for e in entries), method
+    command = lambda m: json.loads((out / "runs" / f"toy_recipe/{m}/upr2/seed0/result.json").read_text())["command"]  # noqa: E731
+    assert "--policy_loss ppo_clip" in command("gspo") and "--importance_sampling_level sequence" in command("gspo")
+    assert "--epsilon 0.0003 --epsilon_high 0.0004 --dual_clip_c None" in command("gspo")
+    assert "--policy_loss dapo" in command("dapo") and "--epsilon_high 0.3" in command("dapo")
+
+
+@pytest.mark.slow
+def test_drift_command_measures_ratio_dispersion_per_update_and_bin(tmp_path, tiny_dir, capsys):
+    """``acpo-study drift`` on a recipe (the tiny model here): per learning rate, per k and bin, JSON + table + PNG;
+    the first update of a rollout is on-policy (ratio std ~0, eps = base) and a larger lr drifts more."""
+
+    from acpo_trl.study.cli import main
+
+    recipe = toy_recipe(tmp_path, tiny_dir)
     out = tmp_path / "drift"
     assert main(["drift", "--config", str(recipe), "--lrs", "1e-4", "3e-2", "--upr", "3", "--rollouts", "1",
                  "--out", str(out)]) == 0
@@ -780,17 +809,10 @@ train.main(sys.argv[1:])
 def test_a_cut_short_recipe_cell_resumes_from_its_checkpoint_to_the_uninterrupted_result(tmp_path, tiny_dir):
     """With ``save_every``, a cell whose process died resumes from its last checkpoint: the same rewards, held-out
     evaluations and logged metrics as a run never cut, its time counted up to the checkpoint, no checkpoint left."""
-    import yaml
 
     from acpo_trl.study.recipe import RecipeRunSpec
 
-    recipe = tmp_path / "toy_recipe.yaml"
-    recipe.write_text(yaml.safe_dump({
-        "model_name_or_path": tiny_dir, "task": "toy", "num_train_tasks": 64, "num_eval_tasks": 4, "eval_k": 2,
-        "use_cpu": True, "bf16": False, "per_device_train_batch_size": 4, "num_generations": 4,
-        "max_completion_length": 8, "learning_rate": 0.01, "max_steps": 6, "report_to": "none",
-        "disable_tqdm": True, "output_dir": str(tmp_path / "unused"),
-    }))
+    recipe = toy_recipe(tmp_path, tiny_dir, per_device_train_batch_size=4, max_steps=6)
     cell = dict(recipe=str(recipe), method="acpo", upr=2, seed=0, eval_steps=2, save_every=2)
     whole = RecipeRunSpec(**cell).run(tmp_path / "whole")
     cut = RecipeRunSpec(**cell, launcher=("python", "-c", DIES_AFTER_STEP_3))
@@ -1000,3 +1022,27 @@ def test_a_logging_option_does_not_take_a_run_off_the_drift_map():
     variant = {"spec": {"task": "t", "upr": 16, "options": [["epsilon", 0.28]]}}
     plain = {"spec": {"task": "t", "upr": 16}}
     assert _map_runs([logged, variant, plain], "t", (16,)) == [logged, plain]
+
+
+def test_the_committed_grids_train_the_clips_their_runs_used(tmp_path):
+    """The committed cells ran before every clip became TRL's epsilon / epsilon_high: the study's method names keep
+    their values (DAPO and the entropy methods 0.2 / 0.3, DCPO 0.16 / 0.2, CISPO's mask 0.8 / 1.3 and cap 1.45), so
+    that a resumed or re-run cell trains what the committed one did; their run ids and table rows are unchanged."""
+    from acpo_trl.losses import epsilon_high
+    from acpo_trl.study.grids import build_grid, long_task_grid, real_model_grid
+    from acpo_trl.train import make_parser
+
+    ran = {"dapo": (0.2, 0.3), "high_entropy": (0.2, 0.3), "low_entropy": (0.2, 0.3), "dcpo": (0.16, 0.2),
+           "cispo": (0.2, 0.3), "ppo_clip": (0.2, 0.2), "ar_lopti": (0.2, 0.24)}
+    specs = real_model_grid(seeds=range(1)) + long_task_grid(seeds=1)
+    for spec in specs:
+        if spec.method in ran and not spec.options:
+            _, args, _ = make_parser().parse_args_and_config(args=spec.command(tmp_path / "c")[len(spec.launcher):])
+            assert (args.epsilon, epsilon_high(args, args.policy_loss)) == ran[spec.method], spec.run_id
+            assert "/" + spec.method + "/" in spec.run_id + "/" and spec.variant == spec.method
+    cispo = next(s for s in specs if s.method == "cispo")
+    _, args, _ = make_parser().parse_args_and_config(args=cispo.command(tmp_path / "c")[len(cispo.launcher):])
+    assert args.policy_loss == "masked_cispo" and args.cispo_clip_max == 1.45
+    testbed = {s.method: s for s in build_grid(tasks=("add1",), seeds=(0,), uprs=(2,), alphas=())}
+    for method in ("dapo", "high_entropy", "low_entropy"):
+        assert testbed[method].config_overrides() == {"epsilon_high": 0.3}

@@ -250,9 +250,9 @@ def test_model_card_states_acpo_settings(tmp_path, tiny_dir):
     trainer.task_name = "countdown"
     trainer.create_model_card(model_name="tiny-acpo")
     card = (tmp_path / "README.md").read_text()
-    for expected in ("ACPO", "2606.22570", "| probability bins K | 5 |", "| alpha / base / clip min / clip max | 1.0 / 0.2 / 0.0 / 3.0 |",
-                     "| dual-clip c | 3.0 |", "off-policy: 16 optimizer updates per rollout", "| task | countdown |",
-                     "policy loss `acpo`", "acpo"):
+    for expected in ("ACPO", "2606.22570", "`epsilon` 0.2", "`acpo_alpha` 1,", "`acpo_num_bins` 5", "`acpo_clip_min` 0,",
+                     "`acpo_clip_max` 3,", "`dual_clip_c` 3", "`acpo_stats_scope` local",
+                     "off-policy: 16 optimizer updates per rollout", "| task | countdown |", "policy loss `acpo`"):
         assert expected in card, expected
 
 

@@ -15,7 +15,7 @@ def test_config_defaults_are_the_papers_run(tmp_path):
     from acpo_trl import ACPOConfig
 
     args = ACPOConfig(**trainer_kwargs(tmp_path))
-    assert (args.policy_loss, args.acpo_num_bins, args.acpo_alpha, args.acpo_base_clip) == ("acpo", 5, 3.0, 0.2)
+    assert (args.policy_loss, args.acpo_num_bins, args.acpo_alpha, args.epsilon) == ("acpo", 5, 3.0, 0.2)
     assert (args.acpo_clip_min, args.acpo_clip_max, args.dual_clip_c) == (0.0, 3.0, 3.0)
     assert (args.loss_type, args.acpo_stats_scope) == ("grpo", "local")
 
@@ -30,11 +30,15 @@ def test_config_defaults_are_the_papers_run(tmp_path):
         ({"dual_clip_c": 0.5}, "ACPOConfig.dual_clip_c=0.5"),
         ({"acpo_stats_scope": "world"}, "ACPOConfig.acpo_stats_scope='world'"),
         ({"loss_type": "cispo"}, "ACPOConfig.loss_type='cispo': 'cispo' is TRL's own objective"),
-        ({"loss_type": "sapo", "policy_loss": "dapo"}, "set policy_loss='trl'"),
-        ({"importance_sampling_level": "sequence"}, "ACPOConfig.importance_sampling_level='sequence': GSPO"),
-        ({"policy_loss": "cispo", "delta": 2.0}, "ACPOConfig.delta=2.0: CISPO has no clipped surrogate"),
+        ({"loss_type": "sapo", "policy_loss": "dapo"}, "set policy_loss='sapo' with loss_type='grpo'"),
+        ({"importance_sampling_level": "sequence"}, "ACPOConfig.importance_sampling_level='sequence': "
+                                                    "policy_loss='acpo' does not read it (it is token-level"),
+        ({"policy_loss": "cispo", "delta": 2.0}, "ACPOConfig.delta=2.0: policy_loss='masked_cispo' does not read it"),
+        ({"policy_loss": "sapo", "dual_clip_c": None}, "ACPOConfig.dual_clip_c=None: policy_loss='sapo' does not read"),
         ({"policy_loss": "trl", "diagnostics": True}, "ACPOConfig.diagnostics=True"),
         ({"policy_loss": "dapo", "dapo_clip_high": -0.3}, "ACPOConfig.dapo_clip_high=-0.3"),
+        ({"policy_loss": "acpo", "epsilon_high": 0.28}, "ACPOConfig.epsilon_high=0.28: ACPO's range per bin"),
+        ({"policy_loss": "dapo", "dapo_clip_high": 0.3, "epsilon_high": 0.28}, "deprecated, and epsilon_high=0.28"),
         ({"policy_loss": "ar_lopti", "num_iterations": 3}, "ACPOConfig.num_iterations=3: ar_lopti makes exactly 2"),
     ],
 )

@@ -68,6 +68,7 @@ def trainers(tmp_path_factory, tiny_dir):
     from trl import GRPOConfig, GRPOTrainer
 
     from acpo_trl import ACPOConfig, ACPOTrainer
+    from acpo_trl.losses import POLICY_LOSSES
     from acpo_trl.utils.tiny_models import build_tokenizer
     from acpo_trl.tasks.toy import toy_dataset, toy_reward
 
@@ -75,9 +76,11 @@ def trainers(tmp_path_factory, tiny_dir):
     model_dir = tiny_dir  # TRL builds the reference model (beta > 0) from the model's path
     tokenizer = build_tokenizer()
 
-    def get(loss_type, beta=0.0, grad_accum=2, steps_per_generation=4, epsilon_high=0.28, delta=None,
-            policy_loss="ppo_clip", **options):
-        key = (loss_type, beta, grad_accum, steps_per_generation, epsilon_high, delta, policy_loss,
+    def get(loss_type, beta=0.0, grad_accum=2, steps_per_generation=4, epsilon=0.2, epsilon_high=0.28, delta=None,
+            policy_loss="ppo_clip", aggregation=None, **options):
+        """GRPOTrainer with ``loss_type`` and ACPOTrainer with ``policy_loss`` aggregated by ``aggregation`` (default
+        ``loss_type``), both with ``options``; the dual clip off where the method has one (TRL has none)."""
+        key = (loss_type, beta, grad_accum, steps_per_generation, epsilon, epsilon_high, delta, policy_loss, aggregation,
                tuple(sorted(options.items())))
         if key not in cache:
             common = trainer_kwargs(
@@ -86,7 +89,7 @@ def trainers(tmp_path_factory, tiny_dir):
                 beta=beta,
                 gradient_accumulation_steps=grad_accum,
                 steps_per_generation=steps_per_generation,
-                epsilon=0.2,
+                epsilon=epsilon,
                 epsilon_high=epsilon_high,
                 delta=delta,
                 max_completion_length=7,
@@ -96,13 +99,11 @@ def trainers(tmp_path_factory, tiny_dir):
             trl_trainer = GRPOTrainer(
                 model_dir, toy_reward, args=GRPOConfig(**common), train_dataset=data, processing_class=tokenizer
             )
-            acpo_trainer = ACPOTrainer(
-                model_dir,
-                toy_reward,
-                args=ACPOConfig(**common, policy_loss=policy_loss, dual_clip_c=None),
-                train_dataset=data,
-                processing_class=tokenizer,
-            )
+            ours = dict(common, policy_loss=policy_loss, loss_type=aggregation or loss_type)
+            if policy_loss in POLICY_LOSSES and "dual_clip_c" in POLICY_LOSSES[policy_loss].reads:
+                ours["dual_clip_c"] = None
+            acpo_trainer = ACPOTrainer(model_dir, toy_reward, args=ACPOConfig(**ours), train_dataset=data,
+                                       processing_class=tokenizer)
             for t in (trl_trainer, acpo_trainer):
                 t.current_gradient_accumulation_steps = grad_accum
             cache[key] = (trl_trainer, acpo_trainer)
@@ -212,3 +213,28 @@ def test_adaptive_entropy_controller_follows_trl(trainers):
 def test_policy_loss_trl_is_grpo_trainers_own_objective(trainers, loss_type, options):
     trl_trainer, acpo_trainer = trainers(loss_type, policy_loss="trl", **options)
     assert_same_loss_and_grads(trl_trainer, acpo_trainer, make_inputs(trl_trainer.model))
+
+
+# TRL's trust regions as registry methods (which the diagnostics can read): (TRL's loss_type and options, the
+# registry method, its aggregation as TRL gives it). GSPO at TRL's paper-index range; CISPO at a cap that binds here.
+TRL_MIRRORS = {
+    "gspo": ("grpo", {"importance_sampling_level": "sequence", "epsilon": 3e-4, "epsilon_high": 4e-4}, "ppo_clip", "grpo"),
+    "gspo_beta": ("grpo", {"importance_sampling_level": "sequence", "beta": 0.1, "use_bias_correction_kl": True},
+                  "ppo_clip", "grpo"),
+    "sapo": ("sapo", {"epsilon_high": None}, "sapo", "grpo"),
+    "sapo_sequence": ("sapo", {"epsilon_high": None, "importance_sampling_level": "sequence"}, "sapo", "grpo"),
+    "cispo": ("cispo", {"epsilon_high": 1.45}, "trl_cispo", "dapo"),
+    "vespo": ("vespo", {"epsilon_high": None}, "vespo", "dapo"),
+}
+
+
+@pytest.mark.parametrize("name", list(TRL_MIRRORS))
+def test_trls_objectives_as_registry_methods_equal_grpo_trainers(trainers, name):
+    """GSPO, SAPO, TRL's CISPO and VESPO computed by the registry (with the diagnostics' tensors) give GRPOTrainer's
+    loss and gradients on the same inputs, to 1e-6, with each objective's aggregation as TRL gives it."""
+    loss_type, options, policy_loss, aggregation = TRL_MIRRORS[name]
+    trl_trainer, acpo_trainer = trainers(loss_type, policy_loss=policy_loss, aggregation=aggregation, **options)
+    inputs = make_inputs(trl_trainer.model, beta=options.get("beta", 0.0))
+    assert_same_loss_and_grads(trl_trainer, acpo_trainer, inputs)
+    if name == "gspo":  # the sequence-level clip binds on these inputs: the comparison is not vacuous
+        assert acpo_trainer._metrics["train"]["clip_ratio/region_mean"][-1] > 0
