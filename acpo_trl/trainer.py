@@ -169,8 +169,9 @@ class ACPOTrainer(GRPOTrainer):
         return loss
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
-        """``Trainer.train``; a resumed run first restores the rollout state its checkpoint saved."""
-        if resume_from_checkpoint is True:
+        """``Trainer.train``; a resumed run first restores the rollout state its checkpoint saved. ``True`` (or
+        ``"true"``, as the command line gives it) resumes from the last checkpoint in ``output_dir``, if any."""
+        if resume_from_checkpoint is True or resume_from_checkpoint == "true":
             resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
         if isinstance(resume_from_checkpoint, str):
             self._load_rollout_state(resume_from_checkpoint)
@@ -193,7 +194,8 @@ class ACPOTrainer(GRPOTrainer):
         if not os.path.exists(path):  # a checkpoint of another trainer: TRL's resume (a new rollout)
             logger.warning("%s has no rollout state: the resumed run samples a new rollout.", checkpoint)
             return
-        state = torch.load(path, map_location=self.accelerator.device, weights_only=False)
+        device = self.accelerator.device  # torch.load knows "cpu", not a multi-process CPU run's "cpu:<rank>"
+        state = torch.load(path, map_location="cpu" if device.type == "cpu" else device, weights_only=False)
         self._step, self._buffered_inputs = state["step"], state["buffered_inputs"]
         if self.drift_guard is not None and state["drift_guard"] is not None:
             self.drift_guard.load_dict(state["drift_guard"])
