@@ -26,6 +26,7 @@ from trl import ScriptArguments
 
 from .utils.cli_errors import MissingPackageError, UserError, cli_main, parse_config, user_input
 from .training.host_memory import cap_mmap_threshold
+from .utils.run_folder import claimed
 from .utils.number_checks import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_NOT_ONE, check_numbers
 
 logger = logging.getLogger(__name__)
@@ -336,7 +337,8 @@ def main(argv: list[str] | None = None) -> None:
     check_inputs(training_args, model_args)
     if training_args.use_cpu and script_args.low_memory:  # the tensors live in the C heap (acpo_trl/training/host_memory.py)
         cap_mmap_threshold()
-    trainer = run(script_args, training_args, model_args)
+    with claimed(training_args.output_dir, "acpo-train", state=training_args.distributed_state):  # until it ends
+        trainer = run(script_args, training_args, model_args)
     # The script's end: destroy the process group, as PyTorch asks of a training script (without it, NCCL warns at
     # every exit that the group was not destroyed; on gloo see docs/recipes.md, "Multi-node").
     trainer.accelerator.end_training()
