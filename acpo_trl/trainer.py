@@ -32,6 +32,7 @@ from .training.drift_guard import DriftGuard, UpdateSkipped
 from .training.report import acpo_card_section, lower_clip_void_message
 from .training.host_memory import release_freed_memory
 from .utils.hub import HubUnreachableError, check_hub_reachable
+from .utils.run_folder import whole_or_removed
 from .losses import AggregatedLoss, PolicyLossInputs, aggregate_loss, reduce_metrics
 from .training.shared_prefix import cache_argument, score_with_shared_prefix, shared_prefix_generation
 from .utils.vllm_check import check_vllm_device
@@ -182,12 +183,15 @@ class ACPOTrainer(GRPOTrainer):
 
     def _save_checkpoint(self, model, trial):
         """Trainer's checkpoint, plus this process's rollout state: TRL's micro-step counter, the rollout being
-        reused and the drift guard's state."""
-        super()._save_checkpoint(model, trial)
+        reused and the drift guard's state. The rollout state comes first, so that the trainer state, written last,
+        marks a whole checkpoint; a checkpoint whose writing fails is removed (no resume starts from part of it)."""
         folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
         state = {"step": self._step, "buffered_inputs": self._buffered_inputs,
                  "drift_guard": self.drift_guard.to_dict() if self.drift_guard is not None else None}
-        torch.save(state, self._rollout_state_file(folder))
+        with whole_or_removed(folder):
+            os.makedirs(folder, exist_ok=True)
+            torch.save(state, self._rollout_state_file(folder))
+            super()._save_checkpoint(model, trial)
 
     def _load_rollout_state(self, checkpoint: str) -> None:
         path = self._rollout_state_file(checkpoint)
