@@ -17,6 +17,7 @@ import functools
 import json
 import logging
 import os
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from trl import ScriptArguments
 
 from .utils.cli_errors import MissingPackageError, UserError, cli_main, parse_config, user_input
 from .training.host_memory import cap_mmap_threshold
+from .training.preemption import StopOnSignal
 from .utils.run_folder import check_room, claimed, staged
 from .utils.number_checks import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_NOT_ONE, check_numbers
 
@@ -348,8 +350,10 @@ def main(argv: list[str] | None = None) -> None:
     check_inputs(training_args, model_args)
     if training_args.use_cpu and script_args.low_memory:  # the tensors live in the C heap (acpo_trl/training/host_memory.py)
         cap_mmap_threshold()
-    with claimed(training_args.output_dir, "acpo-train", state=training_args.distributed_state):  # until it ends
-        trainer = run(script_args, training_args, model_args)
+    # The folder is this run's until it ends; a scheduler's SIGTERM or SIGUSR1 stops it with a checkpoint.
+    with claimed(training_args.output_dir, "acpo-train", state=training_args.distributed_state), \
+            StopOnSignal("acpo-train", sys.argv[1:] if argv is None else argv, training_args) as stop:
+        trainer = run(script_args, training_args, model_args, callbacks=[stop])
     # The script's end: destroy the process group, as PyTorch asks of a training script (without it, NCCL warns at
     # every exit that the group was not destroyed; on gloo see docs/recipes.md, "Multi-node").
     trainer.accelerator.end_training()

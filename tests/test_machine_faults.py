@@ -4,8 +4,12 @@
   free space mocked); a write that fails anyway (a real one: the process may write no file past 200 kB,
   RLIMIT_FSIZE, so the kernel fails the write with EFBIG as a full disk does with ENOSPC) keeps the report, written
   before the model, leaves no half-written file and ends in one line naming the file and the errno.
-- One run per folder: a lock whose run is gone is taken over; one of another host is not; ``acpo-eval``,
-  ``acpo-study`` and ``acpo-warmup`` refuse a busy folder, as ``acpo-train`` does.
+- One run per folder: a second real ``acpo-train`` process into a busy folder is refused in one line that names the
+  first, before it loads the model; a lock whose run is gone is taken over; ``acpo-eval``, ``acpo-study`` and
+  ``acpo-warmup`` refuse a busy folder too.
+- A preemption: a real SIGTERM to a real ``acpo-train`` process mid-run saves a checkpoint of the step in flight, prints
+  the command that resumes, and exits with 143; that command ends with the weights of an uninterrupted run. The same
+  under ``accelerate launch`` with two processes: ``tests/test_distributed_training.py``.
 """
 
 from __future__ import annotations
@@ -14,10 +18,14 @@ import json
 import logging
 import os
 import re
+import shlex
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import yaml
@@ -26,6 +34,8 @@ REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
        "PYTHONDONTWRITEBYTECODE": "1"}
 TIMEOUT_S = 300
+# 4 optimizer updates per rollout, so that a stop after most steps is a stop within a rollout.
+STOP = {"max_steps": 10, "steps_per_generation": 4, "report": True}
 
 
 def write_recipe(folder: Path, tiny_dir: str, **overrides) -> str:
@@ -45,6 +55,29 @@ def write_recipe(folder: Path, tiny_dir: str, **overrides) -> str:
 
 def acpo_train(*args: str) -> list[str]:
     return [sys.executable, "-m", "acpo_trl.train", *args]
+
+
+def wait_for(condition, process, what: str, log: Path) -> None:
+    deadline = time.monotonic() + TIMEOUT_S
+    while not condition():
+        if process.poll() is not None or time.monotonic() > deadline:
+            pytest.fail(f"{what}: not reached (exit status {process.poll()}):\n{log.read_text()[-4000:]}")
+        time.sleep(0.05)
+
+
+def weights(folder: Path) -> dict:
+    from safetensors.torch import load_file
+
+    return load_file(folder / "model.safetensors")
+
+
+def assert_same_weights(ours: dict, theirs: dict) -> None:
+    """Equal to 1e-6 (bit for bit where the runs are: reported by the caller's assert message)."""
+    import torch
+
+    assert sorted(ours) == sorted(theirs)
+    for name in ours:
+        torch.testing.assert_close(ours[name], theirs[name], rtol=0, atol=1e-6, msg=name)
 
 
 # --- A full disk ------------------------------------------------------------------------------------------------
@@ -213,3 +246,76 @@ def test_eval_study_and_warmup_refuse_a_busy_folder(tmp_path, tiny_dir, capsys):
                 assert sorted(p.name for p in folder.iterdir()) == [LOCK]
         finally:
             running.kill()
+
+
+@pytest.fixture(scope="module")
+def stopped(tmp_path_factory, tiny_dir):
+    """A real ``acpo-train`` run (A) frozen with SIGSTOP once it holds its folder, while a second run (B) into the same
+    folder starts and is refused; then let go, and sent SIGTERM once it has logged its first step."""
+    work = tmp_path_factory.mktemp("stopped")
+    config = write_recipe(work, tiny_dir, **STOP)
+    out = work / "out"
+    log = work / "a.log"
+    with open(log, "w") as sink:
+        first = subprocess.Popen(acpo_train("--config", config), cwd=REPO, env=ENV, stdout=sink, stderr=sink)
+    try:
+        wait_for((out / ".acpo-lock").exists, first, "A holds its folder", log)
+        first.send_signal(signal.SIGSTOP)
+        start = time.monotonic()
+        second = subprocess.run(acpo_train("--config", config), cwd=REPO, env=ENV, capture_output=True, text=True,
+                                timeout=TIMEOUT_S)
+        second_s = time.monotonic() - start
+        first.send_signal(signal.SIGCONT)
+        metrics = out / "metrics.jsonl"
+        wait_for(lambda: metrics.exists() and metrics.read_text().strip(), first, "A logs its first step", log)
+        start = time.monotonic()
+        first.send_signal(signal.SIGTERM)
+        status = first.wait(timeout=TIMEOUT_S)
+        stop_s = time.monotonic() - start
+    finally:
+        first.kill()
+    return SimpleNamespace(config=config, out=out, pid=first.pid, second=second, second_s=second_s, status=status,
+                           stop_s=stop_s, log=log.read_text())
+
+
+@pytest.mark.slow
+def test_a_second_run_into_a_busy_folder_is_refused_in_one_line(stopped):
+    second = stopped.second
+    assert second.returncode == 2 and "Traceback" not in second.stderr, second.stderr[-4000:]
+    assert second.stderr.strip().splitlines()[-1].startswith(
+        f"acpo-train: error: {stopped.out} is in use by another run: acpo-train --config {stopped.config} (pid "
+        f"{stopped.pid} on {socket.gethostname()}, started ")
+    assert second.stderr.strip().endswith("(wait for it to end, or give another output_dir)")
+    assert "Loading weights" not in second.stderr  # refused before its model is loaded
+    print(f"refused in {stopped.second_s:.1f} s")
+
+
+@pytest.mark.slow
+def test_sigterm_saves_the_step_in_flight_and_the_printed_command_resumes_exactly(stopped, tmp_path, tiny_dir):
+    """Exit status 143; one line with the command; the checkpoint of the step in flight holds the rollout state
+    (within a rollout: TRL's micro-step counter and the rollout being reused). That command, run as printed, ends with
+    the weights of an uninterrupted run, and its metrics.jsonl has every step once."""
+    from acpo_trl.train import make_parser, run
+
+    assert stopped.status == 143, stopped.log[-4000:]
+    lines = [line for line in stopped.log.splitlines() if line.startswith("acpo-train: stopped by SIGTERM")]
+    assert len(lines) == 1, stopped.log[-4000:]
+    step = int(re.match(r"acpo-train: stopped by SIGTERM after step (\d+) of 10, checkpoint saved in ", lines[0])[1])
+    checkpoint = stopped.out / f"checkpoint-{step}"
+    command = shlex.join(["acpo-train", "--config", stopped.config, "--resume_from_checkpoint", str(checkpoint)])
+    assert lines[0].endswith(f"checkpoint saved in {checkpoint}; resume with: {command}")
+    assert 1 <= step < 10 and (checkpoint / "rollout_state_0.pt").exists()
+    assert not [p for p in ("model.safetensors", "report.md", ".acpo-lock") if (stopped.out / p).exists()]
+    print(f"stopped after step {step} (step {step % 4 or 4} of a rollout of 4), {stopped.stop_s:.1f} s after SIGTERM")
+
+    resumed = subprocess.run(acpo_train(*shlex.split(command)[1:]), cwd=REPO, env=ENV, capture_output=True,
+                             text=True, timeout=TIMEOUT_S)
+    assert resumed.returncode == 0, resumed.stderr[-4000:]
+    reference = tmp_path / "uninterrupted"
+    run(*make_parser().parse_args_and_config(args=["--config", stopped.config, "--output_dir", str(reference)]))
+    ours, theirs = weights(stopped.out), weights(reference)
+    print("bit for bit" if all(ours[k].equal(theirs[k]) for k in ours) else "within 1e-6")
+    assert_same_weights(ours, theirs)
+    steps = [json.loads(line)["step"] for line in (stopped.out / "metrics.jsonl").read_text().splitlines()
+             if "policy_loss" in line]
+    assert steps == list(range(1, 11))

@@ -393,7 +393,7 @@ def test_acpo_train_on_cpu_caps_the_mmap_threshold_unless_told_not_to(tmp_path, 
     calls = []
     monkeypatch.setattr(train_module, "cap_mmap_threshold", lambda: calls.append(1))
     trained = SimpleNamespace(accelerator=SimpleNamespace(end_training=lambda: None))  # what main ends with
-    monkeypatch.setattr(train_module, "run", lambda *args: trained)
+    monkeypatch.setattr(train_module, "run", lambda *args, **kwargs: trained)
     train_module.main(["--config", recipe(tmp_path, tiny_dir), "--low_memory", str(low_memory).lower()])
     assert len(calls) == expected
     assert cap_mmap_threshold()  # glibc (this Linux): the setting is accepted
