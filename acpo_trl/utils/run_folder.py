@@ -75,8 +75,8 @@ def claimed(folder: str | os.PathLike, prog: str, field: str = "output_dir", sta
 def _acquire(lock: Path, record: dict) -> dict | None:
     """Create ``lock`` holding ``record``, taking over a stale one; None, or the record of the run holding it."""
     own = lock.with_name(f"{LOCK}.{os.getpid()}")
-    own.write_text(json.dumps(record))
     try:
+        own.write_text(json.dumps(record))
         while True:
             try:
                 os.link(own, lock)
