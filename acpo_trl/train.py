@@ -17,6 +17,7 @@ import functools
 import json
 import logging
 import os
+import sys
 import time
 import warnings
 from dataclasses import dataclass, field
@@ -26,6 +27,8 @@ from trl import ScriptArguments
 
 from .utils.cli_errors import MissingPackageError, UserError, cli_main, parse_config, user_input
 from .training.host_memory import cap_mmap_threshold
+from .training.preemption import StopOnSignal
+from .utils.run_folder import check_room, claimed, staged
 from .utils.number_checks import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, UNIT_NOT_ONE, check_numbers
 
 logger = logging.getLogger(__name__)
@@ -68,6 +71,9 @@ class ACPOScriptArguments(ScriptArguments):
         report_before_file (`str`, *optional*): with `report`, the before-training evaluation is read from this JSON
             file when it exists, and evaluated and written there when not. Runs that start from the same model and
             evaluate the same held-out set with the same seed share it (a study's variants of one seed).
+        check_disk_space (`bool`, defaults to `True`): before training, refuse a run whose `output_dir` has less free
+            space than the run will write there: the final model and the checkpoints kept at once, each with its
+            optimizer state (`acpo_trl/utils/run_folder.py`). `false` goes on regardless.
     """
 
     task: str = field(default="countdown", metadata={"help": "A registered task (acpo_trl.tasks), e.g. addition."})
@@ -91,6 +97,9 @@ class ACPOScriptArguments(ScriptArguments):
     save_final_model: bool = field(default=True, metadata={"help": "Save the trained model to output_dir at the end."})
     report_before_file: str | None = field(
         default=None, metadata={"help": "Report: read the before-training evaluation from / write it to this JSON file."}
+    )
+    check_disk_space: bool = field(
+        default=True, metadata={"help": "Refuse a run whose output_dir cannot hold its checkpoints and final model."}
     )
 
     def __post_init__(self):
@@ -179,16 +188,16 @@ def shared_evaluation(path: str | None, evaluate, accelerator) -> dict:
     return result
 
 
-def write_diagnostics_plots(entries: list[dict], training_args) -> list[str]:
+def write_diagnostics_plots(entries: list[dict], training_args, folder: str) -> list[str]:
     """``diagnostics_bins.png`` (eps, log-ratio std and clip fractions per bin against the update index k) and,
-    when the gradient check ran, ``diagnostics_gradient.png`` (angle, norm ratio, per-bin shares over training)."""
+    when the gradient check ran, ``diagnostics_gradient.png`` (angle, norm ratio, per-bin shares over training), in
+    ``folder``."""
     from .diagnostics.plots import plot_bins_vs_k, plot_gradient_diagnostics
 
     title = f"{training_args.policy_loss}, {training_args.updates_per_rollout:g} updates per rollout"
-    out = [plot_bins_vs_k(entries, os.path.join(training_args.output_dir, "diagnostics_bins.png"), title)]
+    out = [plot_bins_vs_k(entries, os.path.join(folder, "diagnostics_bins.png"), title)]
     if any("grad/angle_deg" in e for e in entries):
-        out.append(plot_gradient_diagnostics(entries, os.path.join(training_args.output_dir,
-                                                                    "diagnostics_gradient.png"), title))
+        out.append(plot_gradient_diagnostics(entries, os.path.join(folder, "diagnostics_gradient.png"), title))
     return out
 
 
@@ -239,6 +248,8 @@ def run(script_args, training_args, model_args, callbacks=None):
         quantization_config=get_quantization_config(model_args),
         callbacks=callbacks,
     )
+    if script_args.check_disk_space:  # the model is loaded, nothing is trained or evaluated yet
+        check_room(trainer, script_args.save_final_model)
     trainer.task_name = script_args.task
     trainer.remove_callback(PrinterCallback)
     trainer.remove_callback(ProgressCallback)
@@ -260,23 +271,26 @@ def run(script_args, training_args, model_args, callbacks=None):
     start = time.time()
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     wall_s = time.time() - start
-    if script_args.save_final_model:
-        trainer.save_model(training_args.output_dir)
 
+    # The report before the model, each written whole or not at all: a full disk then loses the model only.
     if evaluator is not None:
         after = evaluator.metrics_at(trainer.state.global_step)
         if trainer.is_world_process_zero():
             entries = read_metrics(metrics_path)
-            with open(os.path.join(training_args.output_dir, "eval_before_after.json"), "w") as f:
-                json.dump({"before": before, "after": after}, f, indent=2)
-            plot_training_curves(entries, os.path.join(training_args.output_dir, "training_curves.png"),
-                                 title=f"{script_args.task}: {training_args.policy_loss}",
-                                 updates_per_rollout=training_args.updates_per_rollout)
-            if training_args.diagnostics:
-                write_diagnostics_plots(entries, training_args)
-            report = write_report(os.path.join(training_args.output_dir, "report.md"), script_args, training_args,
-                                  model_args.model_name_or_path, before, after, wall_s, entries)
+            with staged(training_args.output_dir) as folder:
+                with open(os.path.join(folder, "eval_before_after.json"), "w") as f:
+                    json.dump({"before": before, "after": after}, f, indent=2)
+                plot_training_curves(entries, os.path.join(folder, "training_curves.png"),
+                                     title=f"{script_args.task}: {training_args.policy_loss}",
+                                     updates_per_rollout=training_args.updates_per_rollout)
+                if training_args.diagnostics:
+                    write_diagnostics_plots(entries, training_args, folder)
+                report = write_report(os.path.join(folder, "report.md"), script_args, training_args,
+                                      model_args.model_name_or_path, before, after, wall_s, entries)
             print(report)
+    if script_args.save_final_model:
+        with staged(training_args.output_dir, main=trainer.is_world_process_zero()) as folder:
+            trainer.save_model(folder, _internal_call=True)  # the push, if any, comes below, from output_dir
     if training_args.push_to_hub:
         trainer.push_to_hub(dataset_name=script_args.dataset_name or script_args.task)
     return trainer
@@ -336,7 +350,10 @@ def main(argv: list[str] | None = None) -> None:
     check_inputs(training_args, model_args)
     if training_args.use_cpu and script_args.low_memory:  # the tensors live in the C heap (acpo_trl/training/host_memory.py)
         cap_mmap_threshold()
-    trainer = run(script_args, training_args, model_args)
+    # The folder is this run's until it ends; a scheduler's SIGTERM or SIGUSR1 stops it with a checkpoint.
+    with claimed(training_args.output_dir, "acpo-train", state=training_args.distributed_state), \
+            StopOnSignal("acpo-train", sys.argv[1:] if argv is None else argv, training_args) as stop:
+        trainer = run(script_args, training_args, model_args, callbacks=[stop])
     # The script's end: destroy the process group, as PyTorch asks of a training script (without it, NCCL warns at
     # every exit that the group was not destroyed; on gloo see docs/recipes.md, "Multi-node").
     trainer.accelerator.end_training()

@@ -32,6 +32,7 @@ from .training.drift_guard import DriftGuard, UpdateSkipped
 from .training.report import acpo_card_section, lower_clip_void_message
 from .training.host_memory import release_freed_memory
 from .utils.hub import HubUnreachableError, check_hub_reachable
+from .utils.run_folder import whole_or_removed
 from .losses import AggregatedLoss, PolicyLossInputs, aggregate_loss, policy_ratio, reduce_metrics
 from .training.shared_prefix import cache_argument, score_with_shared_prefix, shared_prefix_generation
 from .utils.vllm_check import check_vllm_device
@@ -169,8 +170,9 @@ class ACPOTrainer(GRPOTrainer):
         return loss
 
     def train(self, resume_from_checkpoint=None, *args, **kwargs):
-        """``Trainer.train``; a resumed run first restores the rollout state its checkpoint saved."""
-        if resume_from_checkpoint is True:
+        """``Trainer.train``; a resumed run first restores the rollout state its checkpoint saved. ``True`` (or
+        ``"true"``, as the command line gives it) resumes from the last checkpoint in ``output_dir``, if any."""
+        if resume_from_checkpoint is True or resume_from_checkpoint == "true":
             resume_from_checkpoint = get_last_checkpoint(self.args.output_dir)
         if isinstance(resume_from_checkpoint, str):
             self._load_rollout_state(resume_from_checkpoint)
@@ -181,19 +183,23 @@ class ACPOTrainer(GRPOTrainer):
 
     def _save_checkpoint(self, model, trial):
         """Trainer's checkpoint, plus this process's rollout state: TRL's micro-step counter, the rollout being
-        reused and the drift guard's state."""
-        super()._save_checkpoint(model, trial)
+        reused and the drift guard's state. The rollout state comes first, so that the trainer state, written last,
+        marks a whole checkpoint; a checkpoint whose writing fails is removed (no resume starts from part of it)."""
         folder = os.path.join(self._get_output_dir(trial=trial), f"{PREFIX_CHECKPOINT_DIR}-{self.state.global_step}")
         state = {"step": self._step, "buffered_inputs": self._buffered_inputs,
                  "drift_guard": self.drift_guard.to_dict() if self.drift_guard is not None else None}
-        torch.save(state, self._rollout_state_file(folder))
+        with whole_or_removed(folder):
+            os.makedirs(folder, exist_ok=True)
+            torch.save(state, self._rollout_state_file(folder))
+            super()._save_checkpoint(model, trial)
 
     def _load_rollout_state(self, checkpoint: str) -> None:
         path = self._rollout_state_file(checkpoint)
         if not os.path.exists(path):  # a checkpoint of another trainer: TRL's resume (a new rollout)
             logger.warning("%s has no rollout state: the resumed run samples a new rollout.", checkpoint)
             return
-        state = torch.load(path, map_location=self.accelerator.device, weights_only=False)
+        device = self.accelerator.device  # torch.load knows "cpu", not a multi-process CPU run's "cpu:<rank>"
+        state = torch.load(path, map_location="cpu" if device.type == "cpu" else device, weights_only=False)
         self._step, self._buffered_inputs = state["step"], state["buffered_inputs"]
         if self.drift_guard is not None and state["drift_guard"] is not None:
             self.drift_guard.load_dict(state["drift_guard"])

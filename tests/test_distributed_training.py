@@ -22,6 +22,10 @@ Each launch runs ``tests/scripts/record_clip_ranges.py``, which executes ``examp
 - Metrics across processes: with every diagnostic on and one rank's advantages all zero (a zero gradient there),
   both ranks still emit the same metric names, train to the end and log the same keys
   (``tests/scripts/train_zero_advantage_rank.py``).
+- A preemption: SIGTERM to the launcher and to rank 1 (as SLURM signals every process of a job step; rank 0 gets only
+  the launcher's forwarded copy) mid-run: both ranks save one checkpoint of the same step, the launcher exits 143,
+  and the command the main process prints ends with the weights of the DDP launch's uninterrupted run
+  (``tests/scripts/train_and_exit.py``).
 """
 
 from __future__ import annotations
@@ -30,6 +34,9 @@ import importlib.util
 import json
 import math
 import os
+import re
+import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -42,6 +49,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 RECORDER = REPO / "tests" / "scripts" / "record_clip_ranges.py"
 ZERO_ADVANTAGE_RANK = REPO / "tests" / "scripts" / "train_zero_advantage_rank.py"
+TRAIN_AND_EXIT = REPO / "tests" / "scripts" / "train_and_exit.py"
 DDP_CONFIG = REPO / "configs" / "accelerate" / "cpu_2proc.yaml"
 ZERO2_CPU_CONFIG = REPO / "configs" / "accelerate" / "deepspeed_zero2_cpu.yaml"
 ZERO3_CPU_CONFIG = REPO / "configs" / "accelerate" / "deepspeed_zero3_cpu.yaml"
@@ -64,6 +72,8 @@ MICRO_STEPS = 4  # max_steps 4 x gradient_accumulation_steps 1
 GUARD = {"drift_guard": "kl", "drift_guard_threshold": 1e-12, "gradient_accumulation_steps": 2,
          "steps_per_generation": 6, "max_steps": 6}
 BASE, ALPHA, EPS_MIN, EPS_MAX, STD_EPS = 0.2, 3.0, 0.0, 3.0, 1e-8
+# 10 steps of 4 updates per rollout, with the report: a stop after most steps is a stop within a rollout.
+PREEMPT = {"max_steps": 10, "steps_per_generation": 4, "report": True, "eval_k": 2}
 
 
 def free_port() -> int:
@@ -192,7 +202,7 @@ def ddp_runs(tmp_path_factory, tiny_dir):
     work = tmp_path_factory.mktemp("ddp")
     recipes = [write_recipe(work, tiny_dir, "global", **DIAGNOSTICS),
                write_recipe(work, tiny_dir, "local", acpo_stats_scope="local"),
-               write_recipe(work, tiny_dir, "guard", **GUARD)]
+               write_recipe(work, tiny_dir, "guard", **GUARD), write_recipe(work, tiny_dir, "preempt", **PREEMPT)]
     launch(DDP_CONFIG, work / "records", recipes)
     return work
 
@@ -256,6 +266,64 @@ def test_ddp_drift_guard_takes_one_decision_on_both_ranks(ddp_runs):
     ranks = load_ranks(ddp_runs / "records", "guard")
     check_guard_acted(ranks)
     assert (ddp_runs / "out_guard" / "model.safetensors").exists()
+
+
+@pytest.mark.slow
+def test_ddp_sigterm_saves_one_checkpoint_of_one_step_and_resumes_exactly(tmp_path, tiny_dir, ddp_runs):
+    """The SIGTERM reaches rank 1 directly and rank 0 only through the launcher (which forwards its own copy to both:
+    rank 1 sees it twice, one request): the ranks stop after the same step, each saves its part of one checkpoint,
+    the main process prints one line, and the launcher, given time to wait for its workers, exits 143. The printed
+    command (the launcher's) resumes from that checkpoint and ends with the uninterrupted run's weights."""
+    import psutil
+
+    recipe = write_recipe(tmp_path, tiny_dir, "preempt", **PREEMPT)
+    out = tmp_path / "out_preempt"
+    launch_command = [sys.executable, "-m", "accelerate.commands.launch", "--config_file", str(DDP_CONFIG),
+                      "--main_process_port", str(free_port()), str(TRAIN_AND_EXIT), "--config", str(recipe)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
+           "TORCH_ELASTIC_SHUTDOWN_TIMEOUT": str(LAUNCH_TIMEOUT_S)}
+    log = tmp_path / "stopped.log"
+    with open(log, "w") as sink:
+        launcher = subprocess.Popen(launch_command, cwd=REPO, env=env, stdout=sink, stderr=subprocess.STDOUT)
+    try:
+        metrics = out / "metrics.jsonl"
+        deadline = time.monotonic() + LAUNCH_TIMEOUT_S
+        while not (metrics.exists() and metrics.read_text().strip()):
+            assert launcher.poll() is None and time.monotonic() < deadline, log.read_text()[-4000:]
+            time.sleep(0.05)
+        rank1 = next(p for p in psutil.Process(launcher.pid).children(recursive=True) if p.environ().get("RANK") == "1")
+        start = time.monotonic()
+        launcher.send_signal(signal.SIGTERM)
+        rank1.send_signal(signal.SIGTERM)
+        status = launcher.wait(timeout=LAUNCH_TIMEOUT_S)
+        stop_s = time.monotonic() - start
+    finally:
+        launcher.kill()
+    text = log.read_text()
+    assert status == 143, text[-6000:]
+    lines = [line for line in text.splitlines() if line.startswith("acpo-train: stopped by SIGTERM")]
+    assert len(lines) == 1, text[-6000:]
+    step = int(re.match(r"acpo-train: stopped by SIGTERM after step (\d+) of 10, checkpoint saved in ", lines[0])[1])
+    checkpoint = out / f"checkpoint-{step}"
+    command = shlex.join(launch_command + ["--resume_from_checkpoint", str(checkpoint)])
+    assert lines[0].endswith(f"; resume with: {command}")
+    assert 1 <= step < 10 and {"rollout_state_0.pt", "rollout_state_1.pt", "rng_state_0.pth", "rng_state_1.pth",
+                                "trainer_state.json"} <= {p.name for p in checkpoint.iterdir()}
+    assert not (out / "model.safetensors").exists() and not (out / ".acpo-lock").exists()
+    print(f"stopped after step {step} (step {step % 4 or 4} of a rollout of 4), {stop_s:.1f} s after SIGTERM")
+    try:
+        resumed = subprocess.run(shlex.split(command), cwd=REPO, env=env, capture_output=True, text=True,
+                                 timeout=LAUNCH_TIMEOUT_S)
+    except subprocess.TimeoutExpired as error:
+        pytest.fail(f"the resumed launch did not finish in {LAUNCH_TIMEOUT_S} s:\n{(error.stderr or '')[-4000:]}")
+    assert resumed.returncode == 0, resumed.stderr[-6000:]
+    from safetensors.torch import load_file
+
+    ours, theirs = load_file(out / "model.safetensors"), load_file(ddp_runs / "out_preempt" / "model.safetensors")
+    print("bit for bit" if same_weights(out, ddp_runs / "out_preempt") else "within 1e-6")
+    assert sorted(ours) == sorted(theirs)
+    for name in ours:
+        assert (ours[name] - theirs[name]).abs().max() <= 1e-6, name
 
 
 @pytest.mark.slow

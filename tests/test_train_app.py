@@ -241,6 +241,29 @@ def test_resume_from_checkpoint_continues_exactly(tmp_path, tiny_dir):
         assert continued[step] == pytest.approx(uninterrupted[step], rel=1e-5, abs=1e-7), step
 
 
+def test_resume_from_checkpoint_true_from_the_command_line_takes_the_last_checkpoint(tmp_path, tiny_dir,
+                                                                                       monkeypatch):
+    """``--resume_from_checkpoint true`` (a string on the command line, as a requeued job passes it): the last
+    checkpoint in output_dir, or a fresh start when there is none."""
+    from trl import GRPOTrainer
+
+    from acpo_trl import ACPOConfig, ACPOTrainer
+    from acpo_trl.tasks.toy import toy_dataset, toy_reward
+
+    trainer = ACPOTrainer(tiny_dir, toy_reward, args=ACPOConfig(**trainer_kwargs(tmp_path)),
+                          train_dataset=toy_dataset(8))
+    seen = []
+    monkeypatch.setattr(GRPOTrainer, "train", lambda self, resume_from_checkpoint=None: seen.append(
+        resume_from_checkpoint))
+    monkeypatch.setattr(ACPOTrainer, "_load_rollout_state", lambda self, path: seen.append(f"rollout of {path}"))
+    trainer.train("true")
+    for step in (2, 10):
+        (tmp_path / f"checkpoint-{step}").mkdir()
+    trainer.train("true")
+    last = str(tmp_path / "checkpoint-10")
+    assert seen == [None, f"rollout of {last}", last]
+
+
 def test_model_card_states_acpo_settings(tmp_path, tiny_dir):
     from acpo_trl import ACPOConfig, ACPOTrainer
     from acpo_trl.tasks.toy import toy_dataset, toy_reward
@@ -370,7 +393,7 @@ def test_acpo_train_on_cpu_caps_the_mmap_threshold_unless_told_not_to(tmp_path, 
     calls = []
     monkeypatch.setattr(train_module, "cap_mmap_threshold", lambda: calls.append(1))
     trained = SimpleNamespace(accelerator=SimpleNamespace(end_training=lambda: None))  # what main ends with
-    monkeypatch.setattr(train_module, "run", lambda *args: trained)
+    monkeypatch.setattr(train_module, "run", lambda *args, **kwargs: trained)
     train_module.main(["--config", recipe(tmp_path, tiny_dir), "--low_memory", str(low_memory).lower()])
     assert len(calls) == expected
     assert cap_mmap_threshold()  # glibc (this Linux): the setting is accepted

@@ -11,6 +11,7 @@ Flags are ``EvalConfig``'s fields; ``--config run.yaml`` reads them from a YAML 
 from __future__ import annotations
 
 from ..utils.cli_errors import cli_main, parse_config, user_input
+from ..utils.run_folder import claimed
 
 
 def make_parser():
@@ -34,7 +35,8 @@ def main(argv: list[str] | None = None) -> None:
     hub_fix = "give a local file (NAME=PATH or --data_dir), or run once with network access to cache it"
     with user_input(FileNotFoundError, ValueError, KeyError), user_input(ConnectionError, fix=hub_fix):
         benchmarks = load_benchmarks(config)
-    result = evaluate(config, benchmarks=benchmarks)
+    with claimed(config.output_dir, "acpo-eval", field="--output_dir"):
+        result = evaluate(config, benchmarks=benchmarks)
     print(result["table"])
     print(f"Samples and metrics: {config.output_dir}/{RESULTS_JSON}; table: {config.output_dir}/{RESULTS_MD}")
 

@@ -54,6 +54,7 @@ from pathlib import Path
 
 from ..utils.cli_errors import ArgumentParser, UserError, cli_main, user_input
 from ..utils.number_checks import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, argument
+from ..utils.run_folder import claimed
 from .recipe import DEFAULT_LAUNCHER, RecipeRunSpec, recipe_grid
 from .grids import (ALPHAS, DRIFT_LEVELS, DRIFT_VARIANTS, PAPER_METHODS, REAL_MODEL_LEVELS, REAL_MODEL_RECIPE,
                     REAL_MODEL_VARIANTS, SECOND_TASK_RECIPE, UPRS, ablation_grid, ablation_hypotheses, build_grid,
@@ -366,8 +367,9 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.config is not None and not Path(args.config).is_file():
             raise UserError(f"--config {args.config}: no such file", "give an acpo-train YAML recipe, e.g. from configs/")
-        measure(args.lrs, args.out, recipe=args.config, upr=args.upr, rollouts=args.rollouts, seed=args.seed,
-                rollout=args.rollout)
+        with claimed(args.out, "acpo-study", field="--out"):
+            measure(args.lrs, args.out, recipe=args.config, upr=args.upr, rollouts=args.rollouts, seed=args.seed,
+                    rollout=args.rollout)
         print((args.out / "drift.md").read_text())
         return 0
     if args.out is None:
@@ -414,7 +416,13 @@ def main(argv: list[str] | None = None) -> int:
                   "bind; docs/RESULTS.md, \"A task with long, worked completions\")", flush=True)
     if args.command == "plan":
         return 0
-    args.out.mkdir(parents=True, exist_ok=True)
+    # One grid session per folder: a session's claims on cells do not see another's (runner._claim).
+    with claimed(args.out, "acpo-study", field="--out"):
+        return _run(args, specs, todo, cache)
+
+
+def _run(args, specs: list, todo: list, cache: Path) -> int:
+    """Run the grid (``todo``: its unfinished specs) into ``args.out``, then its report; returns the exit status."""
     testbed = all(isinstance(spec, RunSpec) for spec in specs)
     if testbed and args.jobs == 0:
         pin_cpu_kernels()  # before torch is imported: the runs train in this process

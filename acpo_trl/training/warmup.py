@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass, field
 
 from ..utils.cli_errors import UserError, cli_main, parse_config
 from ..utils.number_checks import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, check_numbers
+from ..utils.run_folder import claimed
 
 RANGES = {"num_examples": AT_LEAST_ONE, "max_steps": AT_LEAST_ONE, "batch_size": AT_LEAST_ONE,
           "learning_rate": POSITIVE, "exclude_seeds": NON_NEGATIVE}  # checked at construction
@@ -83,37 +84,38 @@ def run(args: WarmupArguments, callbacks=None) -> str:
     if output_dir == args.base_model or output_dir.startswith("offline:"):
         raise UserError(f"--recipe {args.recipe}: its model_name_or_path is {output_dir!r}, not a warm-up folder",
                         "point it to the folder the warm-up writes, e.g. outputs/warmup/<recipe name>")
-    base = resolve_model_path(args.base_model)
-    dataset = warmup_dataset(script_args, args)
-    config = SFTConfig(
-        output_dir=os.path.join(output_dir, "sft"),
-        max_steps=args.max_steps,
-        per_device_train_batch_size=args.batch_size,
-        gradient_accumulation_steps=1,
-        learning_rate=args.learning_rate,
-        lr_scheduler_type="constant",
-        warmup_steps=0,
-        weight_decay=0.01,
-        max_grad_norm=1.0,
-        seed=args.seed,
-        max_length=None,
-        use_cpu=not torch.cuda.is_available(),
-        bf16=False,
-        model_init_kwargs={"dtype": torch.float32},
-        logging_steps=1,
-        save_strategy="no",
-        save_only_model=True,
-        report_to="none",
-        disable_tqdm=True,
-    )
-    trainer = SFTTrainer(model=base, args=config, train_dataset=dataset,
-                         processing_class=AutoTokenizer.from_pretrained(base), callbacks=callbacks)
-    trainer.train()
-    trainer.save_model(output_dir)
-    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-    with open(os.path.join(output_dir, "warmup.json"), "w") as f:
-        json.dump({**asdict(args), "task": script_args.task, "num_rows": len(dataset), "loss": losses}, f, indent=1)
-    print(f"warm-up: {args.max_steps} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}; saved to {output_dir}")
+    with claimed(output_dir, "acpo-warmup", field=f"model_name_or_path of --recipe {args.recipe}"):
+        base = resolve_model_path(args.base_model)
+        dataset = warmup_dataset(script_args, args)
+        config = SFTConfig(
+            output_dir=os.path.join(output_dir, "sft"),
+            max_steps=args.max_steps,
+            per_device_train_batch_size=args.batch_size,
+            gradient_accumulation_steps=1,
+            learning_rate=args.learning_rate,
+            lr_scheduler_type="constant",
+            warmup_steps=0,
+            weight_decay=0.01,
+            max_grad_norm=1.0,
+            seed=args.seed,
+            max_length=None,
+            use_cpu=not torch.cuda.is_available(),
+            bf16=False,
+            model_init_kwargs={"dtype": torch.float32},
+            logging_steps=1,
+            save_strategy="no",
+            save_only_model=True,
+            report_to="none",
+            disable_tqdm=True,
+        )
+        trainer = SFTTrainer(model=base, args=config, train_dataset=dataset,
+                             processing_class=AutoTokenizer.from_pretrained(base), callbacks=callbacks)
+        trainer.train()
+        trainer.save_model(output_dir)
+        losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+        with open(os.path.join(output_dir, "warmup.json"), "w") as f:
+            json.dump({**asdict(args), "task": script_args.task, "num_rows": len(dataset), "loss": losses}, f, indent=1)
+        print(f"warm-up: {args.max_steps} steps, loss {losses[0]:.3f} -> {losses[-1]:.3f}; saved to {output_dir}")
     return output_dir
 
 

@@ -2,7 +2,8 @@
 
 A mistake the user can fix prints ``<command>: error: <what> (<how to fix>)`` on stderr and exits with status 2,
 argparse's convention for a bad command line; any other exception is a bug and keeps its traceback.
-``ACPO_DEBUG=1`` shows the traceback of the one-line errors too.
+``ACPO_DEBUG=1`` shows the traceback of the one-line errors too. A full disk (or quota) is the user's too: an
+``OSError`` ENOSPC or EDQUOT becomes one line naming the file.
 
 Two ways to mark an error as the user's: the code that detects it raises ``UserError`` (or ``MissingPackageError``,
 which is also an ``ImportError``); or a step that only reads the user's input (the config, the data, a model's
@@ -15,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import difflib
+import errno
 import functools
 import os
 import sys
@@ -78,9 +80,9 @@ class ArgumentParser(argparse.ArgumentParser):
 
 
 def cli_main(prog: str):
-    """Decorator of a console script's ``main(argv=None)``: a ``UserError`` becomes ``<prog>: error: ...`` on
-    stderr and exit status 2 (unless ``ACPO_DEBUG`` is set); everything else propagates unchanged. Every
-    subcommand of a decorated ``main`` gets this for free."""
+    """Decorator of a console script's ``main(argv=None)``: a ``UserError`` (or a full disk's ``OSError``) becomes
+    ``<prog>: error: ...`` on stderr and exit status 2 (unless ``ACPO_DEBUG`` is set); everything else propagates
+    unchanged. Every subcommand of a decorated ``main`` gets this for free."""
 
     def decorate(main):
         @functools.wraps(main)
@@ -88,15 +90,25 @@ def cli_main(prog: str):
             try:
                 return main(*args, **kwargs)
             except UserError as error:
-                if os.environ.get(DEBUG_ENV_VAR, "").lower() not in ("", "0", "false", "no"):
+                _fail(prog, error, _message(error))
+            except OSError as error:
+                if error.errno not in (errno.ENOSPC, errno.EDQUOT):
                     raise
-                print(f"{prog}: error: {_message(error)}", file=sys.stderr)
-                raise SystemExit(2) from None
+                _fail(prog, error, f"writing {error.filename} failed: [Errno {error.errno}] {error.strerror} "
+                                   "(make room on that disk and run again)")
 
         wrapper.prog = prog
         return wrapper
 
     return decorate
+
+
+def _fail(prog: str, error: BaseException, message: str):
+    """``<prog>: error: <message>`` on stderr and exit status 2; with ``ACPO_DEBUG`` set, ``error`` as it was."""
+    if os.environ.get(DEBUG_ENV_VAR, "").lower() not in ("", "0", "false", "no"):
+        raise error
+    print(f"{prog}: error: {message}", file=sys.stderr)
+    raise SystemExit(2) from None
 
 
 def parse_config(parser, argv: list[str] | None) -> tuple:

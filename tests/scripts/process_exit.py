@@ -16,8 +16,8 @@ import os
 import sys
 
 
-def exit_now() -> None:
-    """Flush the output and leave with status 0, skipping the interpreter's finalization."""
+def exit_now(status: int = 0) -> None:
+    """Flush the output and leave with ``status``, skipping the interpreter's finalization."""
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    os._exit(status)
