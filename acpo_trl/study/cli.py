@@ -27,7 +27,12 @@
                                          worked step by step (~65 tokens) at lr 1e-6, 8 rollouts of 64: ACPO alpha 3,
                                          DAPO, the wide fixed clip, DCPO, the frozen bin-wise clip at upr 16 and
                                          ACPO alpha 3 at upr 2 (DAPO there where its clip could bind)
-    acpo-study plan [--quick|--pilot|--drift|--real-model|--ablation|--guard|--second-task|--long-task]
+    acpo-study run --alternatives        against what a TRL user would otherwise pick, into study/alternatives/: the long
+                                         task at upr 16 for the unclipped update, ACPO alpha 3 and DAPO, then GSPO, SAPO
+                                         and the authors' DCPO, on 500 held-out problems with the coupled sampler;
+                                         `--levels a`: the unclipped update, GSPO, SAPO and TRL's CISPO at the addition's
+                                         level a, into study/smollm2/ beside the committed cells they pair with
+    acpo-study plan [--quick|--pilot|--drift|--real-model|--ablation|--guard|--second-task|--long-task|--alternatives]
                                          the runs it would do and their estimated time, without running them
     acpo-study report --out DIR          table.md, learning curves and diagnostics PNGs from finished runs
     acpo-study drift --lrs 1e-6 1e-5 --out DIR
@@ -59,8 +64,8 @@ from .recipe import DEFAULT_LAUNCHER, RecipeRunSpec, recipe_grid
 from .grids import (ALPHAS, DRIFT_LEVELS, DRIFT_VARIANTS, PAPER_METHODS, REAL_MODEL_LEVELS, REAL_MODEL_RECIPE,
                     REAL_MODEL_VARIANTS, SECOND_TASK_RECIPE, UPRS, ablation_grid, ablation_hypotheses, build_grid,
                     drift_grid, estimate_recipe_seconds, estimate_seconds, guard_grid, is_near_reference,
-                    LONG_TASK_RECIPE, LONG_TASK_SECONDS, LONG_TASK_VARIANTS, REAL_MODEL_SECONDS, long_task_cell,
-                    long_task_grid, quick_grid, real_model_grid, second_task_grid)
+                    LONG_TASK_RECIPE, LONG_TASK_SECONDS, LONG_TASK_VARIANTS, REAL_MODEL_SECONDS, alternatives_grid,
+                    long_task_cell, long_task_grid, quick_grid, real_model_grid, second_task_grid)
 from .results import group_of, is_done, load_results
 from .runner import block, check_reproduces, open_blocks, run_grid, work
 from .testbed import RunSpec, pin_cpu_kernels
@@ -75,9 +80,9 @@ PILOT_METHODS = ("acpo", "dapo", "cispo")
 def _specs(args) -> list:
     if args.recipe:
         if (args.quick or args.pilot or args.drift or args.real_model or args.ablation or args.guard or args.second_task
-                or args.long_task or args.tasks):
+                or args.long_task or args.alternatives or args.tasks):
             raise UserError("--recipe: the recipe sets the model and task", "drop --quick/--pilot/--drift/"
-                            "--real-model/--ablation/--guard/--second-task/--long-task/--tasks")
+                            "--real-model/--ablation/--guard/--second-task/--long-task/--alternatives/--tasks")
         return recipe_grid(args.recipe, methods=args.methods or PAPER_METHODS, uprs=args.uprs or UPRS,
                            seeds=range(args.seeds or 8), alphas=ALPHAS if args.alphas is None else args.alphas,
                            steps=args.steps, eval_steps=args.eval_steps,
@@ -92,6 +97,9 @@ def _specs(args) -> list:
         return [s for s in second_task_grid(uprs=args.uprs or (2, 16), seeds=range(args.seeds or 8),
                                             results=load_results(args.out))
                 if not args.methods or s.method in args.methods]
+    if args.alternatives:
+        return [s for s in alternatives_grid(_alternatives_part(args), seeds=range(args.seeds or 8))
+                if (not args.methods or s.method in args.methods)]
     if args.long_task:
         return [s for s in long_task_grid(results=load_results(args.out), seeds=args.seeds)
                 if (not args.methods or s.method in args.methods) and (not args.uprs or s.upr in args.uprs)]
@@ -117,6 +125,14 @@ def _specs(args) -> list:
     methods = None if args.methods == ["all"] else (args.methods or PAPER_METHODS)
     return build_grid(tasks=args.tasks or ("add1", "add2"), methods=methods, uprs=args.uprs or UPRS,
                       seeds=range(args.seeds or 8), alphas=ALPHAS if args.alphas is None else args.alphas, base=base)
+
+
+def _alternatives_part(args) -> str:
+    """``--alternatives``'s part: the addition's level a (``--levels a``) or the long task at its level b (default)."""
+    if args.levels not in (None, ["a"], ["b"]):
+        raise UserError(f"--levels {' '.join(args.levels)}: --alternatives runs one part at a time (they write to two "
+                        "folders)", "give --levels a (the addition) or --levels b (the long task, the default)")
+    return "a" if args.levels == ["a"] else "long"
 
 
 def _estimate(specs: list, jobs: int) -> float:
@@ -252,8 +268,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name in ("run", "plan"):
         p = sub.add_parser(name)
         p.add_argument("--out", type=Path, default=None,
-                       help="default study/ (with --drift: study/drift/, with --real-model, --ablation, --guard or --second-task: "
-                            "study/smollm2/, with --long-task: study/running_sum/)")
+                       help="default study/ (with --drift: study/drift/, with --real-model, --ablation, --guard, --second-task "
+                            "or --alternatives --levels a: study/smollm2/, with --long-task: study/running_sum/, with "
+                            "--alternatives: study/alternatives/)")
         p.add_argument("--cache", type=Path, default=None, help="warm-up cache (default: OUT/warmups)")
         mode = p.add_mutually_exclusive_group()
         mode.add_argument("--quick", action="store_true")
@@ -265,6 +282,9 @@ def build_parser() -> argparse.ArgumentParser:
                           help="the real-model grid's level b on single-digit multiplication")
         mode.add_argument("--long-task", action="store_true",
                           help="where bins can matter: running sums worked step by step, level b, 8 rollouts per run")
+        mode.add_argument("--alternatives", action="store_true",
+                          help="against what a TRL user would otherwise pick: GSPO, SAPO, TRL's CISPO, DCPO and no clip "
+                               "beside ACPO (the long task; --levels a: the addition's level a)")
         mode.add_argument("--guard", action="store_true",
                           help="the drift guard on the real model (levels b, a; --levels b: one)")
         mode.add_argument("--ablation", action="store_true",
@@ -331,9 +351,9 @@ def _check_args(args) -> None:
         if unknown:
             raise UserError(f"{flag}: unknown {', '.join(unknown)}", f"choose from {', '.join(sorted(known))}")
     if args.levels is not None:
-        if not (args.drift or args.real_model or args.guard):
-            raise UserError("--levels: only the drift grids have drift levels", "add --drift, --real-model or "
-                            "--guard, or drop --levels")
+        if not (args.drift or args.real_model or args.guard or args.alternatives):
+            raise UserError("--levels: only the drift grids have drift levels", "add --drift, --real-model, --guard "
+                            "or --alternatives, or drop --levels")
         names = [level.name for level in (DRIFT_LEVELS if args.drift else REAL_MODEL_LEVELS)]
         unknown = [name for name in args.levels if name not in names]
         if unknown:
@@ -373,9 +393,11 @@ def main(argv: list[str] | None = None) -> int:
         print((args.out / "drift.md").read_text())
         return 0
     if args.out is None:
+        alternatives_a = args.alternatives and args.levels == ["a"]
         args.out = (Path("study/drift") if args.drift else
                     Path("study/smollm2") if args.real_model or args.ablation or args.guard or args.second_task
-                    else Path("study/running_sum") if args.long_task else Path("study"))
+                    or alternatives_a else Path("study/running_sum") if args.long_task
+                    else Path("study/alternatives") if args.alternatives else Path("study"))
     _check_args(args)
     with user_input(ValueError), user_input(yaml.YAMLError, fix=f"fix the YAML syntax of --recipe {args.recipe}"):
         specs = _specs(args)

@@ -358,3 +358,49 @@ def long_task_grid(results: list[dict] | None = None, seeds: int | None = None) 
     specs += [long_task_cell(dapo, 2, seed) for seed, result in references.items()
               if result is not None and clip_free(result) is not True]
     return specs
+
+
+# Against what a TRL user would otherwise pick, and against no clip (docs/RESULTS.md, "Against what a TRL user would
+# otherwise pick"; issue 60). Every setting fixed before the runs, from TRL's documentation or the authors' run
+# scripts: GSPO at TRL's paper-index settings (`gspo`: ppo_clip at sequence level, epsilon 3e-4 / 4e-4, no dual clip),
+# SAPO at TRL's temperatures (1.0 / 1.05, the defaults), TRL's CISPO at its documented cap (epsilon_high 5.0, the
+# trl_cispo default), DCPO as its authors' run_dcpo.sh runs it (clip_ratio_low 0.2, clip_ratio_high 0.28, clip_ratio_c
+# 10), and the unclipped update; ACPO alpha 3 and the study's DAPO (0.2 / 0.3) as in the committed grids.
+ALTERNATIVES_LONG_VARIANTS = (  # the issue's order of priority: the unclipped update and the references first
+    ("unclipped", None, None),
+    ("acpo", None, None),
+    ("dapo", None, None),
+    ("gspo", None, None),
+    ("sapo", None, None),
+    ("dcpo", None, None, (("epsilon", 0.2), ("epsilon_high", 0.28), ("dual_clip_c", 10.0))),
+)
+ALTERNATIVES_LEVEL_A_VARIANTS = (("unclipped", None, None), ("gspo", None, None), ("sapo", None, None),
+                                 ("trl_cispo", None, None))
+# The long task's evaluation: 500 held-out problems x 4 (the first 100 are the committed cells'), with the coupled
+# sampler (docs/evaluation.md), in batches of ALTERNATIVES_EVAL_BATCH problems (the coupled sampler's samples do not
+# depend on it). Measuring options: they name no variant.
+ALTERNATIVES_EVAL = (("num_eval_tasks", 500), ("eval_sampler", "coupled"))
+# The cells whose final models are kept for the measurement of the coupled evaluation's gain (pairs ACPO alpha 3 -
+# unclipped and ACPO alpha 3 - DAPO).
+KEPT_MODELS = ("unclipped", "acpo", "dapo")
+
+
+def alternatives_grid(part: str = "long", seeds=range(8)) -> list[RecipeRunSpec]:
+    """The cells of issue 60, seed-major within a tier. ``part="long"``: the long task at lr 1e-6, 16 updates per rollout,
+    8 rollouts of 64 (``long_task_cell``'s design), evaluated on 500 problems with the coupled sampler, in tiers: the
+    unclipped update, ACPO alpha 3 and DAPO (their models kept), then GSPO, SAPO and the authors' DCPO. ``part="a"``:
+    the addition at level a (lr 2e-5, the real-model grid's design at 16 updates per rollout) for the unclipped
+    update, GSPO, SAPO and TRL's CISPO, evaluated as the committed level-a cells they are paired with."""
+    if part == "a":
+        level = next(level for level in REAL_MODEL_LEVELS if level.name == "a")
+        return real_model_grid(levels=[level], variants=ALTERNATIVES_LEVEL_A_VARIANTS, uprs=(16,), seeds=seeds)
+    if part != "long":
+        raise ValueError(f"alternatives_grid: part={part!r}; 'long' or 'a'.")
+
+    def cell(variant, seed):
+        method, alpha, clip, *options = variant
+        base = long_task_cell((method, alpha, clip, (*(options[0] if options else ()), *ALTERNATIVES_EVAL)), 16, seed)
+        return replace(base, keep_model=method in KEPT_MODELS)
+
+    first, rest = ALTERNATIVES_LONG_VARIANTS[:3], ALTERNATIVES_LONG_VARIANTS[3:]
+    return ([cell(v, seed) for seed in seeds for v in first] + [cell(v, seed) for seed in seeds for v in rest])

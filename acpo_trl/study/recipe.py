@@ -68,6 +68,7 @@ class RecipeRunSpec(GridCell):
     rollouts: int | None = None  # with `rollout`: rollouts per run (max_steps = rollouts x upr)
     options: tuple[tuple[str, object], ...] = ()  # other ACPOConfig fields of the variant, e.g. (("epsilon", 0.43),)
     save_every: int = 0  # a checkpoint every N optimizer steps, from which a cut-short run resumes (0: none)
+    keep_model: bool = False  # keep the trained model in <out>/models/<run_id>/ (from the last checkpoint)
 
     def __post_init__(self):
         config = self.config
@@ -82,6 +83,9 @@ class RecipeRunSpec(GridCell):
                                  f"{accumulation} accumulation steps and into groups of num_generations.")
         elif self.steps is None and not config.get("max_steps"):
             raise ValueError(f"--recipe {self.recipe}: set `max_steps` in the recipe or pass --steps.")
+        if self.keep_model and (not self.save_every or self.num_steps % self.save_every):
+            raise ValueError(f"RecipeRunSpec.keep_model: the model is the run's last checkpoint; give a save_every that "
+                             f"divides the run's {self.num_steps} steps.")
 
     @property
     def config(self) -> dict:
@@ -200,6 +204,9 @@ class RecipeRunSpec(GridCell):
                               code_at_start, command=shlex.join(command), peak_rss_gib=peak_gib,
                               **({"warmup_digest": self.start_digest} if self.start_digest else {}),
                               **({"resumed_at": earlier["resumed_at"]} if earlier["resumed_at"] else {}))
+        final = run_dir / f"checkpoint-{self.num_steps}"
+        if self.keep_model:
+            keep_weights(final, Path(out_dir) / "models" / self.run_id)
         for done in run_dir.glob("checkpoint-*"):
             shutil.rmtree(done)
         (run_dir / ATTEMPTS).unlink()
@@ -207,6 +214,21 @@ class RecipeRunSpec(GridCell):
 
 
 ATTEMPTS = "attempts.json"  # a run's earlier attempts: their time up to their last checkpoint, the steps resumed at
+# What of a checkpoint the trainer needs to resume and a model does not: left behind when the model is kept.
+TRAINING_STATE = ("optimizer.pt", "scheduler.pt", "trainer_state.json", "training_args.bin", "rng_state*.pth",
+                  "rollout_state_*.pt", "README.md")
+
+
+def keep_weights(checkpoint: Path, target: Path) -> None:
+    """Move the model of ``checkpoint`` (weights, config, tokenizer: a folder ``from_pretrained`` loads) to
+    ``target``, leaving the training state behind."""
+    if not (checkpoint / "config.json").is_file():
+        raise RuntimeError(f"{checkpoint}: no model to keep (the run saved no checkpoint at its last step).")
+    skipped = {path for pattern in TRAINING_STATE for path in checkpoint.glob(pattern)}
+    target.mkdir(parents=True, exist_ok=True)
+    for path in checkpoint.iterdir():
+        if path.is_file() and path not in skipped:
+            shutil.move(str(path), target / path.name)
 
 
 def call_measuring_memory(command: list[str], stdout) -> tuple[int, float]:
