@@ -6,7 +6,7 @@ Rule (the Gumbel-max trick). With ``z`` the logits after transformers' ``Tempera
     x_t = argmax_v  z_v + G_v,    G_v = -log(-log U_v),    U_v ~ Uniform(0, 1) i.i.d.
 
 is a sample of ``softmax(z)``: exact sampling at the configured temperature and top-p. Coupled autoregressive
-generation (Benz et al., arXiv 2502.01754) takes ``U`` not from a random stream but from a key, so that two models
+generation (arXiv 2502.01754) takes ``U`` not from a random stream but from a key, so that two models
 evaluated with the same seed draw the same ``U`` at every (problem, sample, position, token):
 
     k      = first 8 bytes of sha256(seed / sample index / the prompt's token ids)     one per completion
@@ -23,9 +23,9 @@ in (its size, its other problems, their order, the padding) nor on the device: t
 only the logits' float rounding under another batch shape can move a near-tie.
 
 Integer semantics. splitmix64 works in uint64; torch has int64, whose add and multiply wrap modulo 2^64 (two's
-complement) on CPU and CUDA, which is uint64's arithmetic on the same bits. Right shifts of int64 are arithmetic
-(sign-extending), so each is masked into a logical shift. ``tests/test_eval_coupled.py`` checks the tensors against
-a pure-Python splitmix64 with explicit ``mod 2^64``.
+complement), which is uint64's arithmetic on the same bits. Right shifts of int64 are arithmetic (sign-extending),
+so each is masked into a logical shift. ``tests/test_eval_coupled.py`` checks the tensors against a pure-Python
+splitmix64 with explicit ``mod 2^64`` (on CPU; CUDA's integer units wrap alike, not tested here).
 
 Cost: about a dozen int64 and float64 operations per logit per step, vectorised over the vocabulary and the rows
 (``benchmarks/coupled_sampler.py`` measures it against the multinomial sampler).
