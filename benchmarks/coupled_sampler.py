@@ -8,8 +8,9 @@ recipe's held-out set, through ``sample_benchmark`` (the path of ``acpo-eval`` a
 The model is the recipe's (``configs/study/smollm2_running_sum.yaml``: its warm-up checkpoint) when that folder
 exists, else ``offline:smollm2`` with the recipe's prompts (timing only: the untrained model's completions differ
 in length). Sampling as the recipe's report: ``eval_temperature``, top-p 1, ``max_completion_length`` tokens, ``--k``
-samples per problem, seed 0. Each batch of problems is sampled by every sampler in turn (the first one alternating),
-so that the other jobs of a shared machine weigh on both alike.
+samples per problem, seed 0. Each batch of problems is sampled by every sampler in turn (the first one rotating),
+and every batch size in turn (the order rotating), chunk by chunk of problems, so that the other jobs of a shared
+machine weigh on all of them alike.
 
 Printed per (batch size, sampler): seconds, completions/s, decoding steps (the longest completion of each call),
 seconds per step, avg@k; per batch size, the coupled/multinomial ratio of the total time and the median of the
@@ -37,18 +38,28 @@ from acpo_trl.train import read_recipe, resolve_model_path
 RECIPE = "configs/study/smollm2_running_sum.yaml"
 
 
-def sample_batches(benchmark: Benchmark, backends: dict, k: int, batch_size: int) -> dict[str, list[dict]]:
-    """Per sampler, one entry per batch (``seconds``, ``steps``, its ``records``): ``sample_benchmark`` restricted to
-    that batch by its ``skip``, so each call is the one a whole run makes."""
-    batches = {sampler: [] for sampler in backends}
-    for number, start in enumerate(range(0, len(benchmark.dataset), batch_size)):
-        outside = lambda key, start=start: not start <= key[1] < start + batch_size  # noqa: E731
-        for sampler in list(backends)[:: 1 if number % 2 == 0 else -1]:
-            begin = time.perf_counter()
-            records = sample_benchmark(benchmark, backends[sampler], k, [0], batch_size, skip=outside, progress=False)
-            seconds = time.perf_counter() - begin
-            steps = max(s["num_tokens"] for r in records for s in r["samples"])
-            batches[sampler].append({"seconds": seconds, "steps": steps, "records": records})
+def outside(start: int, size: int):
+    """``sample_benchmark``'s ``skip`` for every problem but those of the batch ``[start, start + size)``."""
+    return lambda key: not start <= key[1] < start + size
+
+
+def sample_batches(benchmark: Benchmark, backends: dict, k: int, batch_sizes: list[int]) -> dict:
+    """Per (batch size, sampler), one entry per batch (``seconds``, ``steps``, its ``records``): ``sample_benchmark``
+    restricted to that batch by its ``skip``, so each call is the one a whole run makes. The problems go by chunks
+    of the largest batch size; every (batch size, sampler) samples a chunk before the next one starts, in an order
+    that rotates from chunk to chunk, so that a change in the machine's load weighs on all of them alike."""
+    cells = [(size, sampler) for size in batch_sizes for sampler in backends]
+    batches = {cell: [] for cell in cells}
+    chunk = max(batch_sizes)
+    for number, first in enumerate(range(0, len(benchmark.dataset), chunk)):
+        for size, sampler in cells[number % len(cells):] + cells[:number % len(cells)]:
+            for start in range(first, min(first + chunk, len(benchmark.dataset)), size):
+                begin = time.perf_counter()
+                records = sample_benchmark(benchmark, backends[sampler], k, [0], size, skip=outside(start, size),
+                                           progress=False)
+                seconds = time.perf_counter() - begin
+                steps = max(s["num_tokens"] for r in records for s in r["samples"])
+                batches[size, sampler].append({"seconds": seconds, "steps": steps, "records": records})
     return batches
 
 
@@ -87,28 +98,27 @@ def main() -> None:
         sample_benchmark(warm_up, backend, 2, [0], 2, progress=False)
 
     load = os.getloadavg()[0]
-    runs = {batch_size: sample_batches(benchmark, backends, args.k, batch_size) for batch_size in args.batch_sizes}
+    cells = sample_batches(benchmark, backends, args.k, args.batch_sizes)
     print(f"{name} ({model.config.architectures[0]}), {RECIPE} held-out set: {args.problems} problems x {args.k} "
           f"samples, T = {script_args.eval_temperature}, max {training_args.max_completion_length} tokens, "
           f"{args.threads} thread(s), {os.cpu_count()} CPUs, load average {load:.1f} -> {os.getloadavg()[0]:.1f}")
     print("| batch size | sampler | seconds | completions/s | decoding steps | s/step | avg@k |\n"
           "|---:|---|---:|---:|---:|---:|---:|")
     step_seconds = {}
-    for batch_size, batches in runs.items():
-        for sampler, cell in batches.items():
-            seconds, steps = sum(b["seconds"] for b in cell), sum(b["steps"] for b in cell)
-            step_seconds[batch_size, sampler] = seconds / steps
-            samples = [r["samples"] for b in cell for r in b["records"]]
-            print(f"| {batch_size} | {sampler} | {seconds:.1f} | {args.problems * args.k / seconds:.2f} | {steps} | "
-                  f"{seconds / steps:.3f} | {summarize(samples)[f'avg@{args.k}']:.3f} |")
-        if len(batches) == 2:
-            coupled, multinomial = batches["coupled"], batches["multinomial"]
-            total = sum(b["seconds"] for b in coupled) / sum(b["seconds"] for b in multinomial)
-            per_batch = statistics.median(c["seconds"] / m["seconds"] for c, m in zip(coupled, multinomial))
-            print(f"batch {batch_size}: coupled / multinomial time {total:.3f}x in total, {per_batch:.3f}x the median "
-                  f"of {len(coupled)} batches")
+    for (batch_size, sampler), cell in cells.items():
+        seconds, steps = sum(b["seconds"] for b in cell), sum(b["steps"] for b in cell)
+        step_seconds[batch_size, sampler] = seconds / steps
+        samples = [r["samples"] for b in cell for r in b["records"]]
+        print(f"| {batch_size} | {sampler} | {seconds:.1f} | {args.problems * args.k / seconds:.2f} | {steps} | "
+              f"{seconds / steps:.3f} | {summarize(samples)[f'avg@{args.k}']:.3f} |")
+    for batch_size in args.batch_sizes if len(args.samplers) == 2 else []:
+        coupled, multinomial = cells[batch_size, "coupled"], cells[batch_size, "multinomial"]
+        total = sum(b["seconds"] for b in coupled) / sum(b["seconds"] for b in multinomial)
+        per_batch = statistics.median(c["seconds"] / m["seconds"] for c, m in zip(coupled, multinomial))
+        print(f"batch {batch_size}: coupled / multinomial time {total:.3f}x in total, {per_batch:.3f}x the median of "
+              f"{len(coupled)} batches")
     if "coupled" in args.samplers and len(args.batch_sizes) > 1:
-        samples = [sorted((r["index"], r["samples"]) for b in runs[size]["coupled"] for r in b["records"])
+        samples = [sorted((r["index"], r["samples"]) for b in cells[size, "coupled"] for r in b["records"])
                    for size in args.batch_sizes]
         print(f"coupled samples identical at batch sizes {args.batch_sizes}: {all(s == samples[0] for s in samples)}")
     vocab = model.get_output_embeddings().weight.shape[0]
