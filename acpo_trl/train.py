@@ -36,7 +36,7 @@ logger = logging.getLogger(__name__)
 # Checked at construction (acpo_trl/utils/number_checks.py; report_eval_steps has its own check; a task's own fields are
 # checked by its options class).
 SCRIPT_RANGES = {"num_train_tasks": AT_LEAST_ONE, "num_eval_tasks": AT_LEAST_ONE, "max_prompt_length": AT_LEAST_ONE,
-                 "eval_k": AT_LEAST_ONE, "eval_temperature": NON_NEGATIVE}
+                 "eval_k": AT_LEAST_ONE, "eval_temperature": NON_NEGATIVE, "eval_batch_size": AT_LEAST_ONE}
 
 
 @dataclass
@@ -60,6 +60,13 @@ class ACPOScriptArguments(ScriptArguments):
             the end): a run that fails before training leaves them as they were.
         eval_k (`int`, defaults to `4`): samples per held-out problem for the report (avg@k).
         eval_temperature (`float`, defaults to `1.0`): sampling temperature of the report's evaluation.
+        eval_sampler (`str`, defaults to `"multinomial"`): how the report's evaluation samples: `"multinomial"`
+            (`generate`'s sampling, seeded per batch of `eval_batch_size` problems) or `"coupled"` (Gumbel-max noise
+            keyed by problem, sample and position, so that two runs' evaluations share their noise wherever their
+            models agree, whatever their batches: the sampler for comparing runs; docs/evaluation.md).
+        eval_batch_size (`int`, defaults to `8`): held-out problems per `generate` call of the report's evaluation.
+            The multinomial sampler's samples depend on it (keep 8 to compare with runs evaluated so far); the
+            coupled sampler's do not, so it is only a matter of speed (docs/evaluation.md measures it).
         report_eval_steps (`int`, *optional*): with `report`, also evaluate the held-out set every this many
             optimizer steps (logged as `eval/<task>/...` in `metrics.jsonl` and to `report_to`; the learning curve that
             `acpo-study --recipe` reads).
@@ -87,6 +94,10 @@ class ACPOScriptArguments(ScriptArguments):
     report: bool = field(default=False, metadata={"help": "Before/after evaluation, metrics JSONL, plot, report."})
     eval_k: int = field(default=4, metadata={"help": "Report: samples per held-out problem (avg@k)."})
     eval_temperature: float = field(default=1.0, metadata={"help": "Report: sampling temperature."})
+    eval_sampler: str = field(
+        default="multinomial", metadata={"help": "Report: 'multinomial' or 'coupled' (noise keyed by problem)."}
+    )
+    eval_batch_size: int = field(default=8, metadata={"help": "Report: held-out problems per generate call."})
     report_eval_steps: int | None = field(
         default=None, metadata={"help": "Report: also evaluate the held-out set every N optimizer steps."}
     )
@@ -103,11 +114,13 @@ class ACPOScriptArguments(ScriptArguments):
     )
 
     def __post_init__(self):
+        from .evaluation.generation import check_sampler
         from .tasks import get_task
 
         check_numbers(self, SCRIPT_RANGES)
 
         get_task(self.task)  # a ValueError naming the registered tasks
+        check_sampler(self.eval_sampler, "ACPOScriptArguments.eval_sampler")
         if self.prompt_template not in ("base", "chat"):
             raise ValueError(f"ACPOScriptArguments.prompt_template={self.prompt_template!r}: use 'base' or 'chat'.")
         if self.report_eval_steps is not None and (self.report_eval_steps < 1 or not self.report):
@@ -263,6 +276,7 @@ def run(script_args, training_args, model_args, callbacks=None):
         held_out = Benchmark(script_args.task, task.eval_dataset, task.reward_funcs[0])
         evaluator = EvalCallback(trainer, [held_out], eval_steps=script_args.report_eval_steps or 10**9,
                                  k=script_args.eval_k, temperature=script_args.eval_temperature,
+                                 sampler=script_args.eval_sampler, batch_size=script_args.eval_batch_size,
                                  seed=training_args.seed)
         if script_args.report_eval_steps:
             trainer.add_callback(evaluator)  # logged to metrics.jsonl and report_to as eval/<task>/...

@@ -65,6 +65,8 @@ def test_train_config_mistakes(tmp_path, recipe, capsys):
 
     expect(error("--config", recipe, "--policy_loss", "acpoo"), "ACPOConfig.policy_loss='acpoo'", "or one of", "'acpo'")
     expect(error("--config", recipe, "--task", "nosuch"), "ACPOScriptArguments.task='nosuch'", "'countdown'")
+    expect(error("--config", recipe, "--eval_sampler", "gumbel"), "ACPOScriptArguments.eval_sampler='gumbel'",
+           "'coupled'")
     expect(error("--config", str(tmp_path / "missing.yaml")), "missing.yaml': no such file", "configs/")
     typo = tmp_path / "typo.yaml"
     typo.write_text(Path(recipe).read_text() + "policy_los: acpo\n")

@@ -228,7 +228,8 @@ def test_the_report_states_the_guard(tmp_path):
 
     args = ACPOConfig(**trainer_kwargs(tmp_path, steps_per_generation=4, drift_guard="ratio_std",
                                        drift_guard_threshold=0.3))
-    script = SimpleNamespace(task="addition", num_eval_tasks=4, eval_k=2, eval_temperature=1.0)
+    script = SimpleNamespace(task="addition", num_eval_tasks=4, eval_k=2, eval_temperature=1.0,
+                             eval_sampler="multinomial")
     entries = [{"step": s, "drift_guard/updates_applied": a, "drift_guard/rollouts_cut": c}
                for s, a, c in ((1, 1, 0), (4, 4, 0), (5, 5, 0), (8, 6, 1))]
     text = write_report(str(tmp_path / "report.md"), script, args, "m", {"eval/x/avg@2": 0.1}, {"eval/x/avg@2": 0.2},

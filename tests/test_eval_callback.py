@@ -81,3 +81,5 @@ def test_callback_rejects_bad_settings(tmp_path):
         EvalCallback(FakeTrainer(), [Benchmark("toy", toy_dataset(2), ascii_reward)], eval_steps=0)
     with pytest.raises(ValueError, match="`benchmarks` is empty"):
         EvalCallback(FakeTrainer(), [], eval_steps=1)
+    with pytest.raises(ValueError, match=r"SamplingSettings.sampler='gumbel': use one of \('multinomial', 'coupled'\)"):
+        EvalCallback(FakeTrainer(), [Benchmark("toy", toy_dataset(2), ascii_reward)], eval_steps=1, sampler="gumbel")

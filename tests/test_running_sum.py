@@ -227,3 +227,30 @@ def test_acpo_eval_with_a_recipe_scores_the_recipes_held_out_set(tmp_path, tiny_
         with pytest.raises(SystemExit) as exit_info:
             main(["--model_name_or_path", tiny_dir, "--recipe", str(recipe), "--output_dir", str(out), *argv])
         assert exit_info.value.code == 2 and message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("seed", "digest"), [(0, "b5e62cdef4011b0b"), (7, "93019528315c179a")])
+def test_the_study_recipe_holds_out_500_problems_keeping_its_first_100_and_its_training_set(seed, digest):
+    """configs/study/smollm2_running_sum.yaml at num_eval_tasks 500 (issue 60's larger held-out set): 500 distinct
+    problems, none a training problem or a solved example, whose first 100 are the recipe's own 100; the training
+    set does not move. The digest pins the problems of the committed study (its training set and its 100)."""
+    import dataclasses
+    import hashlib
+    import json
+
+    from acpo_trl.tasks import build_task
+    from acpo_trl.tasks.running_sum import spec
+    from acpo_trl.train import read_recipe
+
+    script_args, _, _ = read_recipe("configs/study/smollm2_running_sum.yaml")
+    assert script_args.num_eval_tasks == 100
+
+    def problems(args):
+        task = build_task(args, seed=seed)
+        return [[problem_numbers(p) for p in data["prompt"]] for data in (task.train_dataset, task.eval_dataset)]
+
+    train, held_out = problems(script_args)
+    assert hashlib.sha256(json.dumps([train, held_out]).encode()).hexdigest()[:16] == digest
+    larger_train, larger = problems(dataclasses.replace(script_args, num_eval_tasks=500))
+    assert larger_train == train and larger[:100] == held_out and len(set(larger)) == 500
+    assert not set(larger) & (set(train) | set(spec(script_args).example_problems()))

@@ -174,15 +174,19 @@ def test_plots_draw_no_legend_without_labelled_artists(tmp_path, recwarn):
 @pytest.mark.slow
 def test_the_last_periodic_evaluation_is_the_after_training_one(tmp_path, tiny_dir, monkeypatch):
     """report_eval_steps dividing max_steps: the evaluation at the last step is reused as "after" (the model has
-    not changed), not run twice; save_final_model: false writes no weights."""
+    not changed), not run twice; eval_sampler and eval_batch_size reach the evaluation; save_final_model: false
+    writes no weights."""
     from acpo_trl.evaluation.callback import EvalCallback
 
     calls = []
     original = EvalCallback.evaluate
-    monkeypatch.setattr(EvalCallback, "evaluate", lambda self: calls.append(1) or original(self))
-    train(recipe(tmp_path, tiny_dir, report=True, report_eval_steps=2, save_final_model=False))
+    monkeypatch.setattr(EvalCallback, "evaluate",
+                        lambda self: calls.append((self.sampling.sampler, self.batch_size)) or original(self))
+    train(recipe(tmp_path, tiny_dir, report=True, report_eval_steps=2, save_final_model=False, eval_sampler="coupled",
+                 eval_batch_size=3))
     out = tmp_path / "out"
-    assert len(calls) == 3  # before, step 2, step 4 (= after)
+    assert calls == [("coupled", 3)] * 3  # before, step 2, step 4 (= after), with the recipe's sampler and batch
+    assert "T = 1.0 (coupled sampler)" in (out / "report.md").read_text()
     entries = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     at_end = next(e for e in entries if e["step"] == 4 and "eval/toy/avg@2" in e)
     after = json.loads((out / "eval_before_after.json").read_text())["after"]

@@ -5,7 +5,8 @@ transformers backend (seeded, the same seed at every evaluation, so successive n
 scores them with the benchmark's reward and logs ``eval/<benchmark>/<metric>`` (plus ``eval/macro/<metric>`` over
 several benchmarks) through the trainer's log, so every ``report_to`` integration receives them. The training
 RNG state and the model's train mode are left as they were. With several processes each one evaluates a shard of
-the problems and the samples are gathered before the metrics are computed.
+the problems and the samples are gathered before the metrics are computed (with ``sampler="coupled"`` the samples
+are those of one process: a problem's noise does not depend on its shard or batch).
 
 Usage (TRL's pattern for callbacks that need the trainer):
 
@@ -42,6 +43,9 @@ class EvalCallback(TrainerCallback):
         max_tokens: completion token limit (default: the trainer's ``max_completion_length``).
         seed: sampling seed, the same at every evaluation.
         batch_size: problems per ``generate`` call.
+        sampler: ``"multinomial"`` (``generate``'s sampling seeded per batch) or ``"coupled"`` (noise keyed by
+            problem, sample and position: successive evaluations, and two runs, share it where their models agree;
+            ``acpo_trl/evaluation/coupled.py``).
         eval_on_start: also evaluate before the first step (the starting point of the curves).
         template, data_dir, limit: how benchmark specs given as strings are loaded.
     """
@@ -57,6 +61,7 @@ class EvalCallback(TrainerCallback):
         max_tokens: int | None = None,
         seed: int = 0,
         batch_size: int = 8,
+        sampler: str = "multinomial",
         eval_on_start: bool = False,
         template: str = "base",
         data_dir: str | None = None,
@@ -73,7 +78,7 @@ class EvalCallback(TrainerCallback):
         if not self.benchmarks:
             raise ValueError("`benchmarks` is empty: give at least one held-out set.")
         max_tokens = max_tokens or getattr(trainer.args, "max_completion_length", None) or 256
-        self.sampling = SamplingSettings(temperature=temperature, top_p=top_p, max_tokens=max_tokens)
+        self.sampling = SamplingSettings(temperature=temperature, top_p=top_p, max_tokens=max_tokens, sampler=sampler)
         self.eval_steps = eval_steps
         self.k = k
         self.seed = seed

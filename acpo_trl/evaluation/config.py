@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..utils.number_checks import AT_LEAST_ONE, UNIT_NOT_ZERO, check_numbers
-from .generation import SAMPLING_RANGES, SamplingSettings, check_dtype
+from .generation import SAMPLERS, SAMPLING_RANGES, SamplingSettings, check_dtype, check_sampler
 
 BACKENDS = ("auto", "vllm", "transformers")
 # Checked at construction (acpo_trl/utils/number_checks.py), with every float field finite.
@@ -59,11 +59,18 @@ class EvalConfig:
             Nucleus sampling mass.
         max_tokens (`int`, *optional*, defaults to `4096`):
             Maximum completion length in tokens; longer completions are cut and count as truncated.
+        sampler (`str`, *optional*, defaults to `"multinomial"`):
+            How samples are drawn at `temperature` > 0: `"multinomial"` (`generate`'s sampling, torch's generator
+            seeded per batch) or `"coupled"` (transformers backend only: Gumbel-max with noise keyed by seed,
+            problem, sample index and position, arXiv 2502.01754; a problem's samples depend neither on its batch
+            nor on the device, and two models share their noise: the sampler for comparing models).
         backend (`str`, *optional*, defaults to `"auto"`):
-            `"vllm"`, `"transformers"`, or `"auto"` (vLLM when it is installed and a GPU is present).
+            `"vllm"`, `"transformers"`, or `"auto"` (vLLM when it is installed and a GPU is present and the sampler
+            is `"multinomial"`).
         batch_size (`int` or `None`, *optional*):
             Problems per generation call, and per write to disk (default: 8 with transformers, 256 with vLLM).
-            The transformers backend's samples depend on it (batch composition), so resuming requires the same value.
+            With the `"multinomial"` sampler the transformers backend's samples depend on it (batch composition), so
+            resuming requires the same value; with `"coupled"` they do not, and a run may resume with another.
         dtype (`str`, *optional*, defaults to `"auto"`):
             Model weights dtype (`"auto"`, `"bfloat16"`, `"float32"`, ...).
         device (`str` or `None`, *optional*):
@@ -109,6 +116,11 @@ class EvalConfig:
     temperature: float = field(default=1.0, metadata={"help": "Sampling temperature (0 = greedy)."})
     top_p: float = field(default=1.0, metadata={"help": "Nucleus sampling mass."})
     max_tokens: int = field(default=4096, metadata={"help": "Maximum completion tokens."})
+    sampler: str = field(
+        default="multinomial",
+        metadata={"help": "multinomial: generate's seeded sampling; coupled: Gumbel-max noise keyed by problem, sample "
+                  "and position (transformers backend; for comparing models).", "choices": list(SAMPLERS)},
+    )
     backend: str = field(
         default="auto", metadata={"help": "auto: vLLM if installed and a GPU is present.", "choices": list(BACKENDS)}
     )
@@ -139,6 +151,10 @@ class EvalConfig:
             raise ValueError(f"Every `pass_k` value must be in [1, k={self.k}], got {self.pass_k}.")
         if self.backend not in BACKENDS:
             raise ValueError(f"`backend` must be one of {BACKENDS}, got {self.backend!r}.")
+        check_sampler(self.sampler, "EvalConfig.sampler")
+        if self.sampler == "coupled" and self.backend == "vllm":
+            raise ValueError("EvalConfig.sampler='coupled' needs the transformers backend (vLLM samples inside its "
+                             "engine): use --backend transformers, or --sampler multinomial with vLLM.")
         if self.template not in ("base", "chat"):
             raise ValueError(f"`template` must be 'base' or 'chat', got {self.template!r}.")
         if not self.benchmarks:
@@ -147,7 +163,8 @@ class EvalConfig:
 
     @property
     def sampling(self) -> SamplingSettings:
-        return SamplingSettings(temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens)
+        return SamplingSettings(temperature=self.temperature, top_p=self.top_p, max_tokens=self.max_tokens,
+                                sampler=self.sampler)
 
     @property
     def samples_per_seed(self) -> int:

@@ -4,7 +4,9 @@ records.
 
 Prompts are tokenised as TRL's ``GRPOTrainer`` does (``tokenize_prompt``), so a checkpoint is evaluated on
 exactly the token sequences it was trained on. Sampling uses only temperature and top-p (no top-k, no
-repetition penalty, whatever the checkpoint's ``generation_config`` says), as in the papers' protocol.
+repetition penalty, whatever the checkpoint's ``generation_config`` says), as in the papers' protocol, drawn by one
+of ``SAMPLERS``: ``multinomial`` (``generate``'s sampling from the torch generator seeded per call) or, on the
+transformers backend, ``coupled`` (Gumbel-max with noise keyed by problem, sample and position: ``coupled.py``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,14 @@ from typing import Any
 from ..utils.number_checks import AT_LEAST_ONE, NON_NEGATIVE, UNIT_NOT_ZERO, check_numbers
 
 SAMPLING_RANGES = {"temperature": NON_NEGATIVE, "top_p": UNIT_NOT_ZERO, "max_tokens": AT_LEAST_ONE}
+SAMPLERS = ("multinomial", "coupled")
+
+
+def check_sampler(sampler: str, field: str) -> None:
+    """``sampler`` (the value of the config field ``field``) must be one of ``SAMPLERS``."""
+    if sampler not in SAMPLERS:
+        raise ValueError(f"{field}={sampler!r}: use one of {SAMPLERS} ('coupled': noise keyed by problem, sample and "
+                         "position, for comparing models; docs/evaluation.md).")
 
 
 @dataclass(frozen=True)
@@ -33,14 +43,17 @@ class Generation:
 
 @dataclass(frozen=True)
 class SamplingSettings:
-    """Decoding settings shared by the backends. ``temperature == 0`` means greedy decoding."""
+    """Decoding settings shared by the backends. ``temperature == 0`` means greedy decoding (no sampler draws);
+    ``sampler`` is one of ``SAMPLERS``."""
 
     temperature: float = 1.0
     top_p: float = 1.0
     max_tokens: int = 1024
+    sampler: str = "multinomial"
 
     def __post_init__(self):
         check_numbers(self, SAMPLING_RANGES)
+        check_sampler(self.sampler, "SamplingSettings.sampler")
 
 
 def derive_seed(*parts: Any) -> int:
@@ -73,9 +86,12 @@ def tokenize_prompt(tokenizer, prompt) -> list[int]:
 class TransformersBackend:
     """Batched sampling with ``model.generate`` (left padding, KV cache), deterministic given the seed.
 
-    One call samples ``num_samples`` completions for each prompt of the batch. The global RNG state is restored
-    afterwards (so that evaluating during training leaves the training randomness untouched), and so is the
-    model's train/eval mode.
+    One call samples ``num_samples`` completions for each prompt of the batch. With the ``multinomial`` sampler the
+    call's seed seeds torch's generator, so a completion depends on the whole call (its batch); with ``coupled``
+    sample j of a prompt is drawn with noise keyed by (seed, the prompt's ids, j) and the position
+    (``coupled.py``): it does not depend on the other prompts of the call (``batch_invariant``). The global RNG
+    state is restored afterwards (so that evaluating during training leaves the training randomness untouched),
+    and so is the model's train/eval mode.
     """
 
     name = "transformers"
@@ -93,11 +109,17 @@ class TransformersBackend:
         self.eos_token_ids = sorted(eos)
         self.pad_token_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_token_ids[0]
 
+    @property
+    def batch_invariant(self) -> bool:
+        """Whether a prompt's completions are independent of the call's other prompts (the runner then seeds calls
+        per benchmark, not per batch)."""
+        return self.settings.sampler == "coupled"
+
     def _generation_config(self, num_samples: int):
         from transformers import GenerationConfig
 
-        sampling = {"do_sample": False}
-        if self.settings.temperature > 0:
+        sampling = {"do_sample": False}  # greedy, or the coupled sampler's argmax of perturbed scores
+        if self.settings.temperature > 0 and not self.batch_invariant:
             sampling = {
                 "do_sample": True,
                 "temperature": self.settings.temperature,
@@ -125,8 +147,18 @@ class TransformersBackend:
         greedy = self.settings.temperature == 0
         per_call = 1 if greedy else num_samples
         width = max(len(ids) for ids in prompt_ids)
-        input_ids = torch.tensor([[self.pad_token_id] * (width - len(ids)) + ids for ids in prompt_ids])
-        attention_mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompt_ids])
+        rows, processors = prompt_ids, None
+        if self.batch_invariant and not greedy:
+            from .coupled import completion_keys, coupled_logits_processors
+
+            # generate refuses num_return_sequences > 1 without do_sample: the rows are repeated here, prompt-major
+            # as generate repeats them, and each gets its own key.
+            rows = [ids for ids in prompt_ids for _ in range(per_call)]
+            keys = completion_keys(seed, prompt_ids, per_call)
+            processors = coupled_logits_processors(self.settings.temperature, self.settings.top_p, keys, width)
+            per_call = 1
+        input_ids = torch.tensor([[self.pad_token_id] * (width - len(ids)) + ids for ids in rows])
+        attention_mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in rows])
         device = model.device
         rng_devices = [device.index or 0] if device.type != "cpu" else []
         was_training = model.training
@@ -135,7 +167,8 @@ class TransformersBackend:
             with torch.random.fork_rng(devices=rng_devices, device_type=device.type), torch.inference_mode():
                 torch.manual_seed(seed)
                 output = generate_with_shared_prefix(
-                    model, input_ids.to(device), attention_mask.to(device), self._generation_config(per_call)
+                    model, input_ids.to(device), attention_mask.to(device), self._generation_config(per_call),
+                    logits_processor=processors,
                 )
         finally:
             model.train(was_training)
@@ -200,10 +233,11 @@ class VLLMBackend:
     incremental detokenizer drops an incomplete UTF-8 sequence at the end, where ``decode`` gives U+FFFD).
     ``dtype`` is passed as given: vLLM's ``"auto"`` runs float32 checkpoints in bfloat16 (on CPU too), so give
     ``"float32"`` to sample what the transformers backend samples. Without a GPU, ``vllm_cpu_defaults`` fills in
-    the KV-cache size and eager execution.
+    the KV-cache size and eager execution. The ``coupled`` sampler is refused: vLLM samples inside its engine.
     """
 
     name = "vllm"
+    batch_invariant = False
 
     def __init__(
         self,
@@ -218,6 +252,9 @@ class VLLMBackend:
         seed: int = 0,
         enforce_eager: bool | None = None,
     ):
+        if settings.sampler != "multinomial":
+            raise ValueError(f"sampler={settings.sampler!r} needs the transformers backend (vLLM samples inside its "
+                             "engine): use --backend transformers, or --sampler multinomial with vLLM.")
         from vllm import LLM
 
         self.tokenizer = tokenizer

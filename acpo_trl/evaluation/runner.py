@@ -2,7 +2,9 @@
 
 ``sample_benchmark`` is the core (also used by the in-training callback): problems are cut into fixed batches of
 ``batch_size``; each (batch, seed) pair is one generation call seeded by ``derive_seed(seed, benchmark, batch)``,
-so the samples do not depend on which batches were already done (a resumed run equals an uninterrupted one).
+so the samples do not depend on which batches were already done (a resumed run equals an uninterrupted one). A
+batch-invariant backend (the coupled sampler) is seeded by ``derive_seed(seed, benchmark)`` alone and keys its
+noise by problem, so its samples do not depend on the batches at all.
 ``evaluate`` adds model loading, the resumable store and the output files.
 """
 
@@ -69,8 +71,9 @@ def sample_benchmark(
 
     Returns one record per (problem, seed): ``benchmark``, ``index``, ``seed``, ``prompt`` (rendered text) and
     ``samples`` (``completion``, ``score``, ``num_tokens``, ``truncated``). Batches whose every key
-    ``(benchmark, index, seed)`` satisfies ``skip`` are not generated (nor returned); ``on_batch`` receives each new
-    batch's records as soon as they are scored.
+    ``(benchmark, index, seed)`` satisfies ``skip`` are not generated (nor returned); of the others, a
+    batch-invariant backend (``backend.batch_invariant``) samples only the problems not skipped (a run resumed with
+    another ``batch_size``). ``on_batch`` receives each new batch's records as soon as they are scored.
     """
     from tqdm.auto import tqdm
 
@@ -83,13 +86,17 @@ def sample_benchmark(
         if not all(skip((benchmark.name, i, seed)) for i in range(start, min(start + batch_size, len(dataset))))
     ]
     tokenizer = backend.tokenizer
+    invariant = getattr(backend, "batch_invariant", False)  # duck-typed backends (tests' scripted ones) are not
     records = []
     bar = tqdm(total=len(jobs), initial=len(jobs) - len(todo), desc=benchmark.name, unit="batch", disable=not progress)
     for start, seed in todo:
         indices = range(start, min(start + batch_size, len(dataset)))
+        if invariant:
+            indices = [i for i in indices if not skip((benchmark.name, i, seed))]
         rows = [dataset[i] for i in indices]
         prompt_ids = [tokenize_prompt(tokenizer, row["prompt"]) for row in rows]
-        generations = backend.generate(prompt_ids, samples_per_seed, derive_seed(seed, benchmark.name, start))
+        call_seed = derive_seed(seed, benchmark.name) if invariant else derive_seed(seed, benchmark.name, start)
+        generations = backend.generate(prompt_ids, samples_per_seed, call_seed)
         scores = score_generations(benchmark, rows, generations)
         batch = [
             {
@@ -145,7 +152,8 @@ def build_backend(config: EvalConfig):
 
     backend = config.backend
     if backend == "auto":
-        backend = "vllm" if is_vllm_available() and torch.cuda.is_available() else "transformers"
+        vllm = is_vllm_available() and torch.cuda.is_available() and config.sampler == "multinomial"
+        backend = "vllm" if vllm else "transformers"
     if backend == "vllm":
         if not is_vllm_available():
             raise MissingPackageError("vllm", "backend='vllm'", "use --backend transformers")
@@ -175,7 +183,8 @@ def build_backend(config: EvalConfig):
 
 
 def _run_settings(config: EvalConfig, backend_name: str, batch_size: int) -> dict:
-    """The settings the samples depend on (a resumed run must match them); benchmarks and limit may change."""
+    """The settings the samples depend on (a resumed run must match them); benchmarks and limit may change, and so
+    may the batch size under the coupled sampler (recorded as None)."""
     return {
         "model_name_or_path": config.model_name_or_path,
         "adapter_path": config.adapter_path,
@@ -186,8 +195,9 @@ def _run_settings(config: EvalConfig, backend_name: str, batch_size: int) -> dic
         "temperature": config.temperature,
         "top_p": config.top_p,
         "max_tokens": config.max_tokens,
+        "sampler": config.sampler,
         "backend": backend_name,
-        "batch_size": batch_size,
+        "batch_size": None if config.sampler == "coupled" else batch_size,
         "dtype": config.dtype,
     }
 
@@ -269,7 +279,7 @@ def evaluate(
 
 
 def _markdown_report(config: EvalConfig, result: dict) -> str:
-    decoding = f"T={config.temperature}, top-p={config.top_p}, max {config.max_tokens} tokens"
+    decoding = f"T={config.temperature}, top-p={config.top_p}, {config.sampler} sampler, max {config.max_tokens} tokens"
     seeds = f"{config.samples_per_seed} samples x seeds {config.seeds}"
     return (
         f"# Evaluation of `{config.model_name_or_path}`"

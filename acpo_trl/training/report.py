@@ -46,7 +46,7 @@ def write_report(path: str, script_args, training_args, model_name: str, before:
         f"{training_args.updates_per_rollout:g} optimizer updates per rollout",
         f"- steps: {entries[-1]['step'] if entries else 0}; wall time: {wall_s / 60:.1f} min",
         f"- held-out: {script_args.num_eval_tasks} problems, k = {script_args.eval_k} samples each at "
-        f"T = {script_args.eval_temperature}",
+        f"T = {script_args.eval_temperature} ({script_args.eval_sampler} sampler)",
         "",
         "| metric | before | after |",
         "|---|---|---|",

@@ -134,20 +134,21 @@ def score_with_shared_prefix(model, unwrapped, input_ids: torch.Tensor, attentio
 
 
 def generate_with_shared_prefix(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, generation_config,
-                                **kwargs):
+                                logits_processor=None, **kwargs):
     """``model.generate`` with the prefix that every prompt row shares prefilled once and its cache handed to
-    ``generate``. Plain ``generate`` when the rows share fewer than ``MIN_SHARED_TOKENS`` tokens, when other model
-    inputs come along (images) or the config asks for its own cache implementation."""
+    ``generate`` (``logits_processor``: ``generate``'s, passed on). Plain ``generate`` when the rows share fewer than
+    ``MIN_SHARED_TOKENS`` tokens, when other model inputs come along (images) or the config asks for its own cache
+    implementation."""
     generate = type(model).generate
     shared = shared_prefix_length(input_ids, attention_mask, logits_to_keep=0)
     rows = input_ids.size(0) * (generation_config.num_return_sequences or 1)
     if rows < 2 or shared < MIN_SHARED_TOKENS or generation_config.cache_implementation is not None or kwargs:
         return generate(model, input_ids=input_ids, attention_mask=attention_mask,
-                        generation_config=generation_config, **kwargs)
+                        generation_config=generation_config, logits_processor=logits_processor, **kwargs)
     prefix = prefix_cache(model, input_ids[:1, :shared], attention_mask[:1, :shared])
     cache = select_cache(prefix, input_ids.new_zeros(rows))
     return generate(model, input_ids=input_ids, attention_mask=attention_mask, generation_config=generation_config,
-                    **{cache_argument(model): cache}, **kwargs)
+                    logits_processor=logits_processor, **{cache_argument(model): cache}, **kwargs)
 
 
 @contextmanager
