@@ -280,7 +280,7 @@ def run(script_args, training_args, model_args, callbacks=None):
                                  seed=training_args.seed)
         if script_args.report_eval_steps:
             trainer.add_callback(evaluator)  # logged to metrics.jsonl and report_to as eval/<task>/...
-        before = shared_evaluation(script_args.report_before_file, evaluator.evaluate, trainer.accelerator)
+        before = shared_evaluation(script_args.report_before_file, evaluator.with_counts, trainer.accelerator)
 
     start = time.time()
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)

@@ -542,6 +542,9 @@ def test_recipe_study_runs_acpo_train_per_cell_and_reports(tmp_path, tiny_dir, c
             assert f"--policy_loss {method}" in result["command"]
             assert f"--steps_per_generation {upr}" in result["command"]
             assert result["spec"]["task"] == "toy_recipe" and result["diagnostics"]["bins"]["acpo_eps"]
+            # per problem, the correct samples of 2 (a paired comparison problem by problem)
+            assert len(result["correct"]["before"]) == len(result["correct"]["after"]) == 4
+            assert sum(result["correct"]["after"]) / 8 == result["evals"][-1]["sampled"]
     table = (out / "table.md").read_text()
     assert "### toy_recipe" in table and "`dapo`" in table and "final acc, upr 2" in table
     assert (out / "plots" / "toy_recipe_learning_curves.png").exists()

@@ -23,7 +23,7 @@ from transformers import Trainer, TrainerCallback
 
 from .benchmarks import Benchmark, load_benchmark
 from .generation import SamplingSettings, TransformersBackend
-from .metrics import macro_average, summarize
+from .metrics import CORRECT, macro_average, num_correct, summarize
 from .runner import sample_benchmark
 
 _LOGGED = ("num_problems", "k")  # bookkeeping, not logged
@@ -86,6 +86,7 @@ class EvalCallback(TrainerCallback):
         self.eval_on_start = eval_on_start
         self._last_step = None
         self.last_metrics: dict[str, float] | None = None  # of the last periodic evaluation, at step _last_step
+        self.last_correct: dict[str, list[int]] | None = None  # of the last evaluation, periodic or not
 
     def on_train_begin(self, args, state, control, **kwargs):
         if self.eval_on_start:
@@ -95,19 +96,27 @@ class EvalCallback(TrainerCallback):
         if state.global_step % self.eval_steps == 0:
             self._evaluate(state, control)
 
-    def metrics_at(self, step: int) -> dict[str, float]:
-        """The metrics of the model at optimizer step ``step``: the periodic evaluation's when it ran at that step
-        (the model has not changed since), else a new evaluation."""
-        return self.last_metrics if self._last_step == step and self.last_metrics is not None else self.evaluate()
+    def metrics_at(self, step: int) -> dict:
+        """The metrics of the model at optimizer step ``step`` with its per-problem counts (:meth:`with_counts`):
+        the periodic evaluation's when it ran at that step (the model has not changed since), else a new one."""
+        if self._last_step == step and self.last_metrics is not None:
+            return {**self.last_metrics, CORRECT: self.last_correct}
+        return self.with_counts()
+
+    def with_counts(self) -> dict:
+        """:meth:`evaluate`'s metrics and, under ``CORRECT``, each benchmark's correct samples per problem (in the
+        benchmark's order): what a paired comparison of two runs needs, problem by problem. Not logged."""
+        return {**self.evaluate(), CORRECT: self.last_correct}
 
     def evaluate(self) -> dict[str, float]:
-        """The metrics of the trainer's current model, as they are logged (``eval/<benchmark>/<metric>``)."""
+        """The metrics of the trainer's current model, as they are logged (``eval/<benchmark>/<metric>``); each
+        benchmark's correct samples per problem are kept in ``last_correct``."""
         from accelerate.utils import gather_object
         from trl.models.utils import unwrap_model_for_generation
 
         trainer = self.trainer
         accelerator = trainer.accelerator
-        results = {}
+        results, correct = {}, {}
         with unwrap_model_for_generation(
             trainer.model_wrapped,
             accelerator,
@@ -123,8 +132,10 @@ class EvalCallback(TrainerCallback):
                 records = sample_benchmark(shard, backend, self.k, [self.seed], self.batch_size, progress=False)
                 problems = gather_object([r["samples"] for r in records])
                 results[benchmark.name] = summarize(problems)
+                correct[benchmark.name] = [num_correct(problem) for problem in problems]
         if len(results) > 1:
             results["macro"] = macro_average(results)
+        self.last_correct = correct
         return {
             f"eval/{name}/{key}": value for name, metrics in results.items() for key, value in metrics.items()
             if key not in _LOGGED

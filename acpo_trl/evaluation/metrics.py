@@ -11,6 +11,9 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 
+# The key of the per-problem correct counts beside an evaluation's metrics (a list per benchmark, not a logged metric).
+CORRECT = "correct_per_problem"
+
 
 def pass_at_k(n: int, c: int, k: int) -> float:
     """Unbiased pass@k estimator (Chen et al., 2021): ``1 - C(n-c, k) / C(n, k)``.

@@ -61,11 +61,11 @@ from ..utils.cli_errors import ArgumentParser, UserError, cli_main, user_input
 from ..utils.number_checks import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, argument
 from ..utils.run_folder import claimed
 from .recipe import DEFAULT_LAUNCHER, RecipeRunSpec, recipe_grid
-from .grids import (ALPHAS, DRIFT_LEVELS, DRIFT_VARIANTS, PAPER_METHODS, REAL_MODEL_LEVELS, REAL_MODEL_RECIPE,
-                    REAL_MODEL_VARIANTS, SECOND_TASK_RECIPE, UPRS, ablation_grid, ablation_hypotheses, build_grid,
-                    drift_grid, estimate_recipe_seconds, estimate_seconds, guard_grid, is_near_reference,
-                    LONG_TASK_RECIPE, LONG_TASK_SECONDS, LONG_TASK_VARIANTS, REAL_MODEL_SECONDS, alternatives_grid,
-                    long_task_cell, long_task_grid, quick_grid, real_model_grid, second_task_grid)
+from .grids import (ALPHAS, DRIFT_LEVELS, DRIFT_VARIANTS, LONG_TASK_SECONDS, LONG_TASK_VARIANTS, PAPER_METHODS,
+                    REAL_MODEL_LEVELS, REAL_MODEL_VARIANTS, UPRS, ablation_grid, ablation_hypotheses,
+                    alternatives_grid, build_grid, drift_grid, estimate_recipe_seconds, estimate_seconds, guard_grid,
+                    is_near_reference, long_task_cell, long_task_grid, measured_seconds, quick_grid, real_model_grid,
+                    second_task_grid)
 from .results import group_of, is_done, load_results
 from .runner import block, check_reproduces, open_blocks, run_grid, work
 from .testbed import RunSpec, pin_cpu_kernels
@@ -137,9 +137,7 @@ def _alternatives_part(args) -> str:
 
 def _estimate(specs: list, jobs: int) -> float:
     # the recipe grids whose parts were measured: their seconds, and what a printed line is per (in the grid's order)
-    measured = {LONG_TASK_RECIPE: (LONG_TASK_SECONDS, "method"), REAL_MODEL_RECIPE: (REAL_MODEL_SECONDS, "group"),
-                SECOND_TASK_RECIPE: (REAL_MODEL_SECONDS, "group")}
-    grids = [measured.get(s.recipe) if isinstance(s, RecipeRunSpec) and s.rollout else None for s in specs]
+    grids = [measured_seconds(s) for s in specs]
     if grids and None not in grids and all(grid == grids[0] for grid in grids):
         seconds, per = grids[0]
         for name, upr in dict.fromkeys((getattr(s, per), s.upr) for s in specs):  # per line and regime, in order

@@ -379,7 +379,12 @@ ALTERNATIVES_LEVEL_A_VARIANTS = (("unclipped", None, None), ("gspo", None, None)
 # The long task's evaluation: 500 held-out problems x 4 (the first 100 are the committed cells'), with the coupled
 # sampler (docs/evaluation.md), in batches of ALTERNATIVES_EVAL_BATCH problems (the coupled sampler's samples do not
 # depend on it). Measuring options: they name no variant.
-ALTERNATIVES_EVAL = (("num_eval_tasks", 500), ("eval_sampler", "coupled"))
+ALTERNATIVES_EVAL = (("num_eval_tasks", 500), ("eval_sampler", "coupled"), ("eval_batch_size", 16))
+# Wall seconds of a long-task cell with this evaluation, another run beside it: the committed cells' rollout at 16
+# updates (LONG_TASK_SECONDS) and one evaluation of 500 problems x 4, ~75 s per 16 problems with the warm-up's
+# checkpoint (acpo-eval --recipe configs/study/smollm2_running_sum.yaml --limit 64 --sampler coupled --batch_size 16,
+# one thread beside another job, 2026-12-07).
+ALTERNATIVES_SECONDS = {"rollout": LONG_TASK_SECONDS["rollout"], "eval": 2350.0, "start": LONG_TASK_SECONDS["start"]}
 # The cells whose final models are kept for the measurement of the coupled evaluation's gain (pairs ACPO alpha 3 -
 # unclipped and ACPO alpha 3 - DAPO).
 KEPT_MODELS = ("unclipped", "acpo", "dapo")
@@ -404,3 +409,15 @@ def alternatives_grid(part: str = "long", seeds=range(8)) -> list[RecipeRunSpec]
 
     first, rest = ALTERNATIVES_LONG_VARIANTS[:3], ALTERNATIVES_LONG_VARIANTS[3:]
     return ([cell(v, seed) for seed in seeds for v in first] + [cell(v, seed) for seed in seeds for v in rest])
+
+
+def measured_seconds(spec) -> tuple[dict, str] | None:
+    """(the measured wall seconds of a recipe cell's parts, what one line of `plan` is per) for the grids whose parts
+    were measured, None for another recipe (its time depends on the model and the hardware)."""
+    if not isinstance(spec, RecipeRunSpec) or not spec.rollout:
+        return None
+    if spec.recipe == LONG_TASK_RECIPE:
+        return (ALTERNATIVES_SECONDS if ALTERNATIVES_EVAL[0] in spec.options else LONG_TASK_SECONDS), "method"
+    if spec.recipe in (REAL_MODEL_RECIPE, SECOND_TASK_RECIPE):
+        return REAL_MODEL_SECONDS, "group"
+    return None

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import yaml
 
+from ..evaluation.metrics import CORRECT
 from .cell import GridCell
 from .results import code_version, write_result
 
@@ -202,6 +203,7 @@ class RecipeRunSpec(GridCell):
             raise RuntimeError(f"{self.run_id}: acpo-train exited with {code}:\n{tail}")
         result = write_result(self, run_dir, read_evals(run_dir, self.num_steps), start - earlier["seconds"],
                               code_at_start, command=shlex.join(command), peak_rss_gib=peak_gib,
+                              **read_correct(run_dir),
                               **({"warmup_digest": self.start_digest} if self.start_digest else {}),
                               **({"resumed_at": earlier["resumed_at"]} if earlier["resumed_at"] else {}))
         final = run_dir / f"checkpoint-{self.num_steps}"
@@ -302,6 +304,14 @@ def _eval_keys(metrics: dict) -> dict[str, str]:
             raise RuntimeError(f"expected one held-out {marker.strip('/@')} metric in the report, found {sorted(metrics)}")
         keys[name] = found[0]
     return keys
+
+
+def read_correct(run_dir: Path) -> dict:
+    """``{"correct": {"before": [...], "after": [...]}}``: the held-out set's correct samples per problem before and
+    after training, from an ``acpo-train --report`` output folder (empty for a run whose report has none)."""
+    before_after = json.loads((run_dir / "eval_before_after.json").read_text())
+    counts = {when: next(iter((before_after[when].get(CORRECT) or {}).values()), None) for when in ("before", "after")}
+    return {"correct": counts} if all(value is not None for value in counts.values()) else {}
 
 
 def read_evals(run_dir: Path, steps: int) -> list[dict]:
