@@ -12,7 +12,9 @@ command line. ``model_name_or_path: offline:smollm2`` is the SmolLM2-135M-Instru
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import functools
 import json
 import logging
@@ -181,24 +183,39 @@ def resolve_model_path(name: str) -> str:
 
 def shared_evaluation(path: str | None, evaluate, accelerator) -> dict:
     """``evaluate()``, or its result stored at ``path`` by an earlier run; a new result is written there atomically.
-    Every process takes the same branch (the main process decides), since ``evaluate`` gathers over processes."""
+    Every process takes the same branch (the main process decides), since ``evaluate`` gathers over processes. Runs
+    that share ``path`` and start together evaluate once: the first holds ``<path>.lock`` while it evaluates, and the
+    others wait for it, then read its result."""
     from accelerate.utils import broadcast_object_list
 
     if path is None:
         return evaluate()
-    stored = [json.loads(Path(path).read_text()) if accelerator.is_main_process and os.path.exists(path) else None]
-    if accelerator.num_processes > 1:
-        broadcast_object_list(stored)
-    if stored[0] is not None:
-        return stored[0]
-    result = evaluate()
-    if accelerator.is_main_process:
-        os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(result, f, indent=1)
-        os.replace(tmp, path)
+    with _held(f"{path}.lock", accelerator.is_main_process):
+        stored = [json.loads(Path(path).read_text()) if accelerator.is_main_process and os.path.exists(path) else None]
+        if accelerator.num_processes > 1:
+            broadcast_object_list(stored)
+        if stored[0] is not None:
+            return stored[0]
+        result = evaluate()
+        if accelerator.is_main_process:
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with open(tmp, "w") as f:
+                json.dump(result, f, indent=1)
+            os.replace(tmp, path)
     return result
+
+
+@contextlib.contextmanager
+def _held(lock_path: str, main: bool):
+    """An exclusive ``flock`` on ``lock_path`` while the block runs, taken by the main process only (released by the
+    kernel if the process dies)."""
+    if not main:
+        yield
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(lock_path)), exist_ok=True)
+    with open(lock_path, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def write_diagnostics_plots(entries: list[dict], training_args, folder: str) -> list[str]:

@@ -401,3 +401,31 @@ def test_acpo_train_on_cpu_caps_the_mmap_threshold_unless_told_not_to(tmp_path, 
     train_module.main(["--config", recipe(tmp_path, tiny_dir), "--low_memory", str(low_memory).lower()])
     assert len(calls) == expected
     assert cap_mmap_threshold()  # glibc (this Linux): the setting is accepted
+
+
+def test_runs_sharing_a_before_evaluation_that_start_together_evaluate_once(tmp_path):
+    """Two runs of one start (a study's cells of one seed) reach the shared before-evaluation at the same time: the
+    first evaluates while the other waits, then reads its result."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from acpo_trl.train import shared_evaluation
+
+    calls = []
+
+    def evaluate():
+        calls.append(threading.get_ident())
+        time.sleep(0.3)
+        return {"eval/x/avg@4": 0.5}
+
+    single = SimpleNamespace(is_main_process=True, num_processes=1)
+    path = str(tmp_path / "before" / "seed0.json")
+    results = []
+    threads = [threading.Thread(target=lambda: results.append(shared_evaluation(path, evaluate, single)))
+               for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(calls) == 1 and results == [{"eval/x/avg@4": 0.5}] * 2
