@@ -43,7 +43,7 @@ setup(
         "console_scripts": [
             "acpo-demo=acpo_trl.demo:main",
             "acpo-train=acpo_trl.train:main",
-            "acpo-warmup=acpo_trl.training.warmup:main",
+            "acpo-warmup=acpo_trl.warmup:main",
             "acpo-eval=acpo_trl.evaluation.cli:main",
             "acpo-dlogp=acpo_trl.dlogp.cli:main",
             "acpo-study=acpo_trl.study.cli:main",

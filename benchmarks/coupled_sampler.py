@@ -33,7 +33,7 @@ from acpo_trl.evaluation.coupled import gumbel_noise
 from acpo_trl.evaluation.generation import SAMPLERS, SamplingSettings, TransformersBackend
 from acpo_trl.evaluation.metrics import summarize
 from acpo_trl.evaluation.runner import sample_benchmark
-from acpo_trl.train import read_recipe, resolve_model_path
+from acpo_trl.recipe import read_recipe, resolve_model_path
 
 RECIPE = "configs/study/smollm2_running_sum.yaml"
 

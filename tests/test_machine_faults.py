@@ -216,7 +216,7 @@ def test_eval_study_and_warmup_refuse_a_busy_folder(tmp_path, tiny_dir, capsys):
     """Each where it writes: acpo-eval's --output_dir, acpo-study's --out, acpo-warmup's recipe model folder."""
     from acpo_trl.evaluation.cli import main as evaluate
     from acpo_trl.study.cli import main as study
-    from acpo_trl.training.warmup import main as warmup
+    from acpo_trl.warmup import main as warmup
     from acpo_trl.utils.run_folder import LOCK
 
     recipe = tmp_path / "warmup.yaml"
@@ -295,7 +295,8 @@ def test_sigterm_saves_the_step_in_flight_and_the_printed_command_resumes_exactl
     """Exit status 143; one line with the command; the checkpoint of the step in flight holds the rollout state
     (within a rollout: TRL's micro-step counter and the rollout being reused). That command, run as printed, ends with
     the weights of an uninterrupted run, and its metrics.jsonl has every step once."""
-    from acpo_trl.train import make_parser, run
+    from acpo_trl.recipe import make_parser
+    from acpo_trl.run import run
 
     assert stopped.status == 143, stopped.log[-4000:]
     lines = [line for line in stopped.log.splitlines() if line.startswith("acpo-train: stopped by SIGTERM")]

@@ -42,7 +42,7 @@ def test_every_float_field_of_acpo_config_refuses_nan_and_infinities(tmp_path):
     from trl import GRPOConfig
 
     from acpo_trl import ACPOConfig
-    from acpo_trl.train import make_parser
+    from acpo_trl.recipe import make_parser
 
     make_parser()  # HfArgumentParser resolves the fields' types in place: the check must not depend on their form
     names = float_fields(ACPOConfig)
@@ -90,10 +90,11 @@ def test_every_range_names_a_number_field_of_its_config_and_refuses_values_outsi
     from acpo_trl.evaluation.generation import SAMPLING_RANGES, SamplingSettings
     from acpo_trl.utils.number_checks import check_numbers, number_fields
     from acpo_trl.tasks import arithmetic, countdown
-    from acpo_trl.train import MODEL_RANGES, SCRIPT_RANGES, script_arguments
+    from acpo_trl.tasks.registry import TASK_RANGES
+    from acpo_trl.recipe import MODEL_RANGES, SCRIPT_RANGES, script_arguments
 
     ACPOScriptArguments = script_arguments()  # with every registered task's fields
-    script_ranges = {**SCRIPT_RANGES, **arithmetic.RANGES, **countdown.RANGES}
+    script_ranges = {**TASK_RANGES, **SCRIPT_RANGES, **arithmetic.RANGES, **countdown.RANGES}
 
     assert set(INHERITED_RANGES) < set(number_ranges())
     configs = [

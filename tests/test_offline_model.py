@@ -128,7 +128,8 @@ def test_the_demo_trains_as_it_did_before_the_clip_fields_moved(tmp_path):
     same losses and clip ranges as the code before it."""
     import torch
 
-    from acpo_trl.train import make_parser, run
+    from acpo_trl.recipe import make_parser
+    from acpo_trl.run import run
     from acpo_trl.utils.cli_errors import parse_config
 
     args = parse_config(make_parser(), ["--config", "configs/demo.yaml", "--max_steps", "4", "--report", "false",

@@ -148,7 +148,7 @@ def samples(tmp_path_factory):
 
 
 def parse(path: Path, overrides: dict):
-    from acpo_trl.train import make_parser
+    from acpo_trl.recipe import make_parser
 
     args = ["--config", str(path)]
     for key, value in overrides.items():
@@ -212,8 +212,8 @@ def fields(parsed) -> dict:
 @pytest.mark.slow
 @pytest.mark.parametrize("path", RECIPES, ids=recipe_id)
 def test_recipe_trains_at_toy_size(path, tiny_models, samples, tmp_path, monkeypatch):
-    from acpo_trl import tasks
-    from acpo_trl.train import check_inputs, run
+    from acpo_trl import run as running
+    from acpo_trl.run import check_inputs, run
     from acpo_trl.trainer import ACPOTrainer
 
     recipe = yaml.safe_load(path.read_text())
@@ -236,15 +236,15 @@ def test_recipe_trains_at_toy_size(path, tiny_models, samples, tmp_path, monkeyp
 
     monkeypatch.setattr(ACPOTrainer, "_generate_and_score_completions", recorded)
     scores: list = []
-    build_task = tasks.build_task
+    build_task = running.build_task
 
     def build_tie_broken_task(*args, **kwargs):
         task = build_task(*args, **kwargs)
         task.reward_funcs = [with_tie_breaker(f, scores) for f in task.reward_funcs]
         return task
 
-    monkeypatch.setattr(tasks, "build_task", build_tie_broken_task)
-    check_inputs(training_args, model_args)
+    monkeypatch.setattr(running, "build_task", build_tie_broken_task)
+    check_inputs(script_args, training_args, model_args)
     trainer = run(script_args, training_args, model_args)
 
     assert trainer.state.global_step == STEPS

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from acpo_trl.train import make_parser
+from acpo_trl.recipe import make_parser
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 ACCELERATE = CONFIGS / "accelerate"

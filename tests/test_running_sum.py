@@ -1,6 +1,6 @@
 """The running-sum task (acpo_trl/data/running_sum.py, acpo_trl/tasks/running_sum.py): its problems, its worked
 examples, its held-out set, its reward, its registration with validated fields, and the warm-up on its worked
-answers (acpo_trl/training/warmup.py)."""
+answers (acpo_trl/warmup.py)."""
 
 from __future__ import annotations
 
@@ -129,7 +129,7 @@ def test_only_the_final_box_is_rewarded_and_malformed_text_scores_zero():
 
 def test_registered_task_and_its_validated_fields():
     from acpo_trl.tasks import build_task, registered
-    from acpo_trl.train import script_arguments
+    from acpo_trl.recipe import script_arguments
 
     ACPOScriptArguments = script_arguments()
     assert "running_sum" in registered()
@@ -160,8 +160,8 @@ def test_warmup_trains_on_worked_answers_that_avoid_the_held_out_problems(tmp_pa
     import yaml
 
     from acpo_trl.tasks.running_sum import spec as running_sum_spec
-    from acpo_trl.train import script_arguments
-    from acpo_trl.training.warmup import WarmupArguments, main, warmup_dataset
+    from acpo_trl.recipe import script_arguments
+    from acpo_trl.warmup import WarmupArguments, main, warmup_dataset
 
     ACPOScriptArguments = script_arguments()
     recipe = tmp_path / "recipe.yaml"
@@ -199,7 +199,7 @@ def test_acpo_eval_with_a_recipe_scores_the_recipes_held_out_set(tmp_path, tiny_
     from acpo_trl.evaluation.config import EvalConfig
     from acpo_trl.evaluation.runner import load_benchmarks
     from acpo_trl.tasks import build_task
-    from acpo_trl.train import script_arguments
+    from acpo_trl.recipe import script_arguments
 
     fields = dict(task="running_sum", prompt_template="chat", running_sum_terms=3, running_sum_max_term=20,
                   num_train_tasks=16, num_eval_tasks=6)
@@ -240,7 +240,7 @@ def test_the_study_recipe_holds_out_500_problems_keeping_its_first_100_and_its_t
 
     from acpo_trl.tasks import build_task
     from acpo_trl.tasks.running_sum import spec
-    from acpo_trl.train import read_recipe
+    from acpo_trl.recipe import read_recipe
 
     script_args, _, _ = read_recipe("configs/study/smollm2_running_sum.yaml")
     assert script_args.num_eval_tasks == 100

@@ -13,7 +13,9 @@ import pytest
 
 
 def test_testbed_split_reward_and_teacher():
-    from acpo_trl.study.testbed import addition_reward, noisy_teacher, task_problems
+    from acpo_trl.data.testbed import task_problems
+    from acpo_trl.rewards.testbed import addition_reward
+    from acpo_trl.study.testbed import noisy_teacher
 
     train, held = task_problems("add1")
     assert len(train) == 70 and len(held) == 30 and sum(p.carry for p in held) == 14
@@ -37,7 +39,8 @@ def _result(task, variant, upr, seed, acc, collapsed=False):
 
 
 def test_table_means_drops_ranks_and_collapses():
-    from acpo_trl.study.table import summarize, write_table
+    from acpo_trl.study.stats import summarize
+    from acpo_trl.study.table import write_table
 
     results = [_result("add1", "acpo", 2, s, 0.8) for s in range(2)] + [_result("add1", "acpo", 8, s, 0.6) for s in range(2)]
     results += [_result("add1", "dapo", 2, 0, 0.7), _result("add1", "dapo", 2, 1, 0.5),
@@ -71,7 +74,8 @@ def test_table_means_drops_ranks_and_collapses():
 
 
 def test_variants_paired_by_seed():
-    from acpo_trl.study.table import difference_interval, summarize, variant_pairs_table
+    from acpo_trl.study.stats import difference_interval, summarize
+    from acpo_trl.study.table import variant_pairs_table
 
     # acpo beats dapo by 5 points on every seed while the seeds' own levels spread by 30: pairing by seed gives a
     # tight interval around +5 (unpaired resampling would span about +-15)
@@ -147,7 +151,8 @@ def test_guard_table_pairs_guarded_runs_with_the_unguarded_ones():
 
 
 def test_drop_interval_and_the_across_tasks_summary():
-    from acpo_trl.study.table import drop_interval, summarize, write_table
+    from acpo_trl.study.stats import drop_interval, summarize
+    from acpo_trl.study.table import write_table
 
     def seeds(*values):
         return dict(enumerate(values))
@@ -340,7 +345,7 @@ def test_recipe_cell_changes_only_what_the_study_varies(tmp_path):
     with pytest.raises(ValueError, match="model_name_or_path"):
         RecipeRunSpec(str(bad))
     # the GPU recipe parses with acpo-train's own parser, with every override the study adds
-    from acpo_trl.train import make_parser
+    from acpo_trl.recipe import make_parser
 
     grid_cell = recipe_grid(STUDY_RECIPE, methods=["cispo"], uprs=[16], seeds=[1], alphas=[])[0]
     script_args, training_args, _ = make_parser().parse_args_and_config(
@@ -348,7 +353,7 @@ def test_recipe_cell_changes_only_what_the_study_varies(tmp_path):
     assert training_args.policy_loss == "masked_cispo" and training_args.updates_per_rollout == 16  # the new name
     assert script_args.report and script_args.report_eval_steps == 50 and training_args.diagnostics
     assert not script_args.save_final_model  # a cell writes no weights
-    from acpo_trl.train import ACPOScriptArguments
+    from acpo_trl.recipe import ACPOScriptArguments
 
     with pytest.raises(ValueError, match="report_eval_steps.*report: true"):
         ACPOScriptArguments(task="toy", report_eval_steps=5)
@@ -360,7 +365,7 @@ def test_real_model_grid_samples_the_same_rollouts_in_every_regime(tmp_path, cap
     regime changes; the before-training evaluation is shared per seed; `plan` prints the time per level."""
     from acpo_trl.study.cli import main
     from acpo_trl.study.grids import REAL_MODEL_LEVELS, real_model_grid
-    from acpo_trl.train import make_parser
+    from acpo_trl.recipe import make_parser
 
     specs = real_model_grid(seeds=range(2))
     assert len(specs) == 2 * 2 * 2 * 4 and len({s.run_id for s in specs}) == len(specs)
@@ -386,7 +391,7 @@ def test_real_model_grid_samples_the_same_rollouts_in_every_regime(tmp_path, cap
 
 def test_second_task_grid_is_the_real_model_design_on_multiplication(tmp_path):
     from acpo_trl.study.grids import second_task_grid
-    from acpo_trl.train import make_parser
+    from acpo_trl.recipe import make_parser
 
     specs = second_task_grid(seeds=range(2))
     assert len(specs) == 2 * 2 * 4 and {s.group for s in specs} == {"smollm2_multiplication@lr1e-06"}
@@ -468,7 +473,7 @@ def test_ablation_grid_names_its_variants_and_reuses_the_committed_cells(tmp_pat
 
     from acpo_trl.study.grids import ACPO_MEAN_RANGES, ablation_grid
     from acpo_trl.study.runner import spec_from_json
-    from acpo_trl.train import make_parser
+    from acpo_trl.recipe import make_parser
 
     specs = ablation_grid()
     assert len(specs) == 3 * 16 + 2 * 16 + 2 * 8 and len({s.run_id for s in specs}) == len(specs)
@@ -922,7 +927,7 @@ def test_long_task_grid_orders_by_priority_and_adds_dapo_at_2_updates_by_the_rul
     outside [0.8, 1.2]. Every cell samples 8 rollouts of 64, is evaluated before and after only, checkpoints every 2
     rollouts and runs the gradient diagnostics on the last block."""
     from acpo_trl.study.grids import long_task_grid
-    from acpo_trl.train import make_parser
+    from acpo_trl.recipe import make_parser
 
     specs = long_task_grid()
     assert len(specs) == 4 * 8 + 8 + 6 and len({s.run_id for s in specs}) == len(specs)
@@ -1033,7 +1038,7 @@ def test_the_committed_grids_train_the_clips_their_runs_used(tmp_path):
     that a resumed or re-run cell trains what the committed one did; their run ids and table rows are unchanged."""
     from acpo_trl.losses import epsilon_high
     from acpo_trl.study.grids import build_grid, long_task_grid, real_model_grid
-    from acpo_trl.train import make_parser
+    from acpo_trl.recipe import make_parser
 
     ran = {"dapo": (0.2, 0.3), "high_entropy": (0.2, 0.3), "low_entropy": (0.2, 0.3), "dcpo": (0.16, 0.2),
            "cispo": (0.2, 0.3), "ppo_clip": (0.2, 0.2), "ar_lopti": (0.2, 0.24)}

@@ -81,7 +81,7 @@ def test_the_registry_refuses_clashes_and_names_the_tasks():
 
 
 def test_old_field_names_keep_working_with_a_message_and_other_tasks_fields_are_flagged(caplog):
-    from acpo_trl.train import make_parser
+    from acpo_trl.recipe import make_parser
 
     with caplog.at_level(logging.WARNING):
         script_args, _, _ = make_parser().parse_args_and_config(
@@ -94,7 +94,7 @@ def test_old_field_names_keep_working_with_a_message_and_other_tasks_fields_are_
 def test_every_task_builds_from_acpo_trains_arguments():
     """Every built-in task but those that read files builds its datasets and rewards from the script arguments."""
     from acpo_trl.tasks import build_task, registered
-    from acpo_trl.train import script_arguments
+    from acpo_trl.recipe import script_arguments
 
     for name in set(registered()) - {"math", "hitab"}:  # ORZ from the Hub; HiTab from local files (their own tests)
         task = build_task(script_arguments()(task=name, prompt_template="chat", num_train_tasks=4, num_eval_tasks=4))

@@ -29,7 +29,8 @@ def recipe(tmp_path, tiny_dir, **overrides):
 
 
 def train(path, *extra, callbacks=None):
-    from acpo_trl.train import make_parser, run
+    from acpo_trl.recipe import make_parser
+    from acpo_trl.run import run
 
     return run(*make_parser().parse_args_and_config(args=["--config", path, *extra]), callbacks=callbacks)
 
@@ -318,7 +319,7 @@ def test_diagnostics_switched_on_from_the_recipe(tmp_path, tiny_dir):
 
 def test_demo_recipe_is_the_offline_off_policy_run():
     """configs/demo.yaml (the README's main job): the packaged offline model, CPU, several updates per rollout."""
-    from acpo_trl.train import make_parser
+    from acpo_trl.recipe import make_parser
 
     script_args, training_args, model_args = make_parser().parse_args_and_config(args=["--config", "configs/demo.yaml"])
     assert model_args.model_name_or_path == "offline:smollm2"
@@ -369,7 +370,7 @@ def test_before_training_evaluation_is_shared_through_a_file(tmp_path):
     """report_before_file: the first run evaluates and writes it, a later run reads it instead of evaluating."""
     from types import SimpleNamespace
 
-    from acpo_trl.train import shared_evaluation
+    from acpo_trl.run import shared_evaluation
 
     accelerator = SimpleNamespace(is_main_process=True, num_processes=1)
     calls = []
@@ -382,7 +383,7 @@ def test_before_training_evaluation_is_shared_through_a_file(tmp_path):
     assert shared_evaluation(path, evaluate, accelerator) == {"eval/t/avg@4": 0.25}
     assert shared_evaluation(path, lambda: pytest.fail("evaluated again"), accelerator) == {"eval/t/avg@4": 0.25}
     assert shared_evaluation(None, evaluate, accelerator) == {"eval/t/avg@4": 0.25} and len(calls) == 2
-    from acpo_trl.train import ACPOScriptArguments
+    from acpo_trl.recipe import ACPOScriptArguments
 
     with pytest.raises(ValueError, match="report_before_file.*report: true"):
         ACPOScriptArguments(task="toy", report_before_file=path)
@@ -410,7 +411,7 @@ def test_runs_sharing_a_before_evaluation_that_start_together_evaluate_once(tmp_
     import time
     from types import SimpleNamespace
 
-    from acpo_trl.train import shared_evaluation
+    from acpo_trl.run import shared_evaluation
 
     calls = []
 

@@ -15,6 +15,7 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+from ..recipe import read_recipe
 from ..utils.cli_errors import MissingPackageError
 from .benchmarks import Benchmark, load_benchmark, parse_benchmark
 from .config import EvalConfig
@@ -207,8 +208,6 @@ def load_benchmarks(config: EvalConfig) -> list[Benchmark]:
     ``config.recipe``, the recipe's task is evaluated on the recipe's held-out set."""
     recipe = None
     if config.recipe is not None:
-        from ..train import read_recipe
-
         script_args, training_args, _ = read_recipe(config.recipe)
         if script_args.task not in [parse_benchmark(spec)[0] for spec in config.benchmarks]:
             raise ValueError(f"EvalConfig.recipe={config.recipe!r} trains task {script_args.task!r}, which "

@@ -76,7 +76,8 @@ def measure(lrs: list[float], out_dir: str | Path, *, recipe: str | None = None,
     from ..utils.cli_errors import parse_config
     from ..diagnostics.plots import bin_table
     from ..diagnostics.plots import read_metrics
-    from ..train import make_parser, run
+    from ..recipe import make_parser
+    from ..run import run
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -205,7 +206,7 @@ def drift_points(results: list[dict], task: str, upr: int = 16) -> list[tuple]:
     its interval's ends, seeds). The level's drift is the median over its variants of their ``upr``-update runs'
     drift (:func:`run_drift`), over the runs of :func:`_map_runs`."""
     from .results import group_of
-    from .table import summarize
+    from .stats import summarize
 
     runs = _map_runs(results, task, (2, upr))
     summary = summarize(runs)

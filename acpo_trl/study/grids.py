@@ -221,7 +221,8 @@ def ablation_matches(results: list[dict]) -> tuple:
     """The entries of ``ABLATION_VARIANTS`` that match ACPO alpha 3 at 16 updates per rollout in ``results`` (the
     finished runs; ``table.match_verdict``: the paired interval to ACPO alpha 3 holds 0, the one to DAPO lies above
     0). They join the second task with their part-1 settings."""
-    from .table import difference_interval, match_verdict
+    from .stats import difference_interval
+    from .table import match_verdict
 
     group = ablation_grid(seeds_off_policy=range(1), seeds_near=())[0].group
     finals: dict = {}

@@ -23,7 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from .results import group_of
-from .table import _clip_metric, _mean
+from .stats import clip_metric, mean
 
 NUM_BINS = 5
 LOW_BINS = (0, 1)
@@ -52,9 +52,9 @@ def _run_profile(result: dict) -> dict[str, list[float]]:
         return [v for kb, v in bins.get(metric, {}).items()
                 if kb.endswith(f",{b}") and _late(int(kb.split(",")[0]), upr)]
 
-    share_tokens = [_mean(late_cells("token_frac", b)) for b in range(NUM_BINS)]
-    clip = [_mean([_mean(late_cells(_clip_metric([result], s), b)) for s in ("pos", "neg")]) for b in range(NUM_BINS)]
-    share = [_mean([_share(grad_k, (b,), k) for k in grad_k.get(f"share/bin{b}/pos", {}) if _late(int(k), upr)])
+    share_tokens = [mean(late_cells("token_frac", b)) for b in range(NUM_BINS)]
+    clip = [mean([mean(late_cells(clip_metric([result], s), b)) for s in ("pos", "neg")]) for b in range(NUM_BINS)]
+    share = [mean([_share(grad_k, (b,), k) for k in grad_k.get(f"share/bin{b}/pos", {}) if _late(int(k), upr)])
              for b in range(NUM_BINS)]
     return {"ratio_std_last": std, "clip": clip, "grad_share": share, "token_frac": share_tokens}
 
@@ -72,7 +72,7 @@ def mechanism_profiles(results: list[dict]) -> dict[tuple[str, str, int], dict]:
     profiles = {}
     for key, runs in sorted(cells.items()):
         if len(regimes[key[0]]) > 1:
-            profiles[key] = {"runs": len(runs), **{metric: [_mean([run[metric][b] for run in runs])
+            profiles[key] = {"runs": len(runs), **{metric: [mean([run[metric][b] for run in runs])
                                                             for b in range(NUM_BINS)] for metric in runs[0]}}
     return profiles
 
@@ -85,7 +85,7 @@ def low_share_by_k(results: list[dict]) -> dict[tuple[str, str, int], dict[int, 
         grad_k = _grad_k(r)
         for k in grad_k.get(f"share/bin{LOW_BINS[0]}/pos", {}):
             per_k[(group_of(r), r["variant"], r["spec"]["upr"])][int(k)].append(_share(grad_k, LOW_BINS, k))
-    return {cell: {k: _mean(v) for k, v in sorted(by_k.items())} for cell, by_k in sorted(per_k.items())}
+    return {cell: {k: mean(v) for k, v in sorted(by_k.items())} for cell, by_k in sorted(per_k.items())}
 
 
 def dominant_bin(shares: list[float]) -> int | None:
@@ -117,7 +117,7 @@ def mechanism_table(results: list[dict]) -> list[str]:
     for (group, variant, upr), p in profiles.items():
         dominant = dominant_bin(p["grad_share"])
         low = by_k.get((group, variant, upr), {})
-        early, late = (_mean([v for k, v in low.items() if _late(k, upr) == part]) for part in (False, True))
+        early, late = (mean([v for k, v in low.items() if _late(k, upr) == part]) for part in (False, True))
         lines.append(f"| {group} | `{variant}` | {upr} | {p['runs']} | {row(p['ratio_std_last'], lambda v: f'{v:.3f}')} "
                      f"| {row(p['clip'], lambda v: f'{100 * v:.1f}')} | {row(p['grad_share'], lambda v: f'{v:.2f}')} | "
                      f"{'–' if dominant is None else dominant} | {row([early], lambda v: f'{v:.2f}')} → "

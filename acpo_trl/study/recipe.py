@@ -41,7 +41,10 @@ from pathlib import Path
 
 import yaml
 
+from ..evaluation.generation import check_sampler
 from ..evaluation.metrics import CORRECT
+from ..recipe import make_parser
+from ..utils.cli_errors import parse_config, user_input
 from .cell import GridCell
 from .results import code_version, write_result
 
@@ -168,11 +171,11 @@ class RecipeRunSpec(GridCell):
 
     def check(self) -> None:
         """Parse this cell's ``acpo-train`` arguments as ``acpo-train`` does: a mistake in the recipe (a NaN, a
-        negative learning rate, an unknown field) fails once, in one line, before the grid starts."""
-        from ..utils.cli_errors import parse_config
-        from ..train import make_parser
-
-        parse_config(make_parser(), self.command(Path("check"))[len(self.launcher):])
+        negative learning rate, an unknown field, a sampler the evaluation does not know) fails once, in one line,
+        before the grid starts."""
+        script_args, _, _ = parse_config(make_parser(), self.command(Path("check"))[len(self.launcher):])
+        with user_input(ValueError):
+            check_sampler(script_args.eval_sampler, "ACPOScriptArguments.eval_sampler")
 
     def run(self, out_dir: str | Path, cache_dir: str | Path | None = None) -> dict:
         """Run this cell (``acpo-train`` in a child process, output in ``log.txt``) and write its ``result.json``.

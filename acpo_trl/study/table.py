@@ -13,122 +13,19 @@ from __future__ import annotations
 
 import json
 import math
-import random
 from collections import Counter, defaultdict
 from itertools import combinations
 from pathlib import Path
 
 from ..training.drift_guard import FALLBACK, OWN, UNDECIDED
 from .drift import k3_at_ratio_std
+from .mechanism import mechanism_table
 from .results import group_of
-
-
-def _mean_sd(values: list[float]) -> tuple[float, float]:
-    if not values:
-        return math.nan, math.nan
-    mean = sum(values) / len(values)
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (len(values) - 1)) if len(values) > 1 else 0.0
-    return mean, sd
+from .stats import bin_mean, clip_metric, difference_interval, mean, summarize
 
 
 def _fmt(mean: float, sd: float, n: int) -> str:
     return "–" if n == 0 else f"{mean:.3f} ± {sd:.3f} (n={n})"
-
-
-def summarize(results: list[dict], exclude_collapsed: bool = False) -> dict:
-    """{task: {"uprs": [...], "rows": {variant: {...}}}} with per-regime statistics, drops, ranks, collapses."""
-    cells: dict = defaultdict(list)
-    for r in results:
-        cells[(group_of(r), r["variant"], r["spec"]["upr"])].append(r)
-    tasks = sorted({t for t, _, _ in cells})
-    summary = {}
-    ranks: dict = defaultdict(list)
-    for task in tasks:
-        uprs = sorted({u for t, _, u in cells if t == task})
-        variants = sorted({v for t, v, _ in cells if t == task})
-        rows = {}
-        for variant in variants:
-            row = {"regimes": {}}
-            for upr in uprs:
-                runs = cells.get((task, variant, upr), [])
-                kept = [r for r in runs if not (exclude_collapsed and r["collapsed"])]
-                final = _mean_sd([r["final_sampled"] for r in kept])
-                last = _mean_sd([r["last_evals_mean"] for r in kept])
-                row["regimes"][upr] = {
-                    "n": len(kept), "final": final, "last": last,
-                    "by_seed": {r["spec"]["seed"]: r["final_sampled"] for r in kept},
-                    "collapsed": sum(r["collapsed"] for r in runs), "runs": len(runs),
-                    "below_start": sum(r["final_sampled"] < r["start_sampled"] and not r["collapsed"] for r in runs),
-                    "start": _mean_sd([r["start_sampled"] for r in runs])[0],
-                    "angle": _mean_sd([r["mean_angle_deg"] for r in runs if r.get("mean_angle_deg") is not None])[0],
-                }
-            near = row["regimes"][uprs[0]]["by_seed"] if uprs else {}
-            row["drop"] = {u: paired_drop(near, row["regimes"][u]["by_seed"]) for u in uprs[1:]}
-            row["drop_ci"] = {u: drop_interval(near, row["regimes"][u]["by_seed"]) for u in uprs[1:]}
-            rows[variant] = row
-        for upr in uprs:
-            scored = sorted(((rows[v]["regimes"][upr]["final"][0], v) for v in variants
-                             if rows[v]["regimes"][upr]["n"] > 0), key=lambda x: -x[0])
-            for rank, (_, v) in enumerate(scored, 1):
-                ranks[(task, v)].append(rank)
-        summary[task] = {"uprs": uprs, "rows": rows}
-    for task, data in summary.items():
-        for v, row in data["rows"].items():
-            values = ranks.get((task, v), [])
-            row["avg_rank"] = sum(values) / len(values) if values else math.nan
-            row["ranks"] = values
-    return summary
-
-
-def _relative_drop(near: list[float], far: list[float]) -> float:
-    a = sum(near) / len(near)
-    return (a - sum(far) / len(far)) / a if a > 0 else math.nan
-
-
-def paired_drop(near: dict[int, float], far: dict[int, float]) -> float:
-    """The relative drop (mean(near) - mean(far)) / mean(near) of the final accuracy, over the seeds both regimes
-    ran (``{seed: final}``): a seed's runs start from the same model and see the same prompts, so the two regimes
-    are compared seed by seed."""
-    seeds = sorted(near.keys() & far.keys())
-    return _relative_drop([near[s] for s in seeds], [far[s] for s in seeds]) if seeds else math.nan
-
-
-def _paired_interval(a: dict[int, float], b: dict[int, float], statistic, resamples: int = 2000,
-                     seed: int = 0) -> tuple[float, float]:
-    """95% percentile-bootstrap interval of ``statistic(a_values, b_values)`` over the seeds both dicts hold: the
-    seeds are resampled with replacement, each drawn seed bringing its pair of runs (a fixed bootstrap seed)."""
-    seeds = sorted(a.keys() & b.keys())
-    if len(seeds) < 2:
-        return math.nan, math.nan
-    rng = random.Random(seed)
-    values = []
-    for _ in range(resamples):
-        drawn = rng.choices(seeds, k=len(seeds))
-        value = statistic([a[s] for s in drawn], [b[s] for s in drawn])
-        if math.isfinite(value):
-            values.append(value)
-    values.sort()
-    if not values:
-        return math.nan, math.nan
-    return values[int(0.025 * (len(values) - 1))], values[int(0.975 * (len(values) - 1))]
-
-
-def drop_interval(near: dict[int, float], far: dict[int, float], resamples: int = 2000,
-                  seed: int = 0) -> tuple[float, float]:
-    """95% percentile-bootstrap interval of :func:`paired_drop`: the seeds both regimes ran are resampled with
-    replacement, each drawn seed bringing its pair of runs (deterministic: a fixed bootstrap seed)."""
-    return _paired_interval(near, far, _relative_drop, resamples, seed)
-
-
-def _mean_difference(a: list[float], b: list[float]) -> float:
-    return sum(x - y for x, y in zip(a, b)) / len(a)
-
-
-def difference_interval(a: dict[int, float], b: dict[int, float], resamples: int = 2000,
-                        seed: int = 0) -> tuple[float, float]:
-    """95% bootstrap interval of the mean difference a - b of the final accuracy of two variants in one regime,
-    paired by seed (a seed's runs of every variant start from the same model and see the same prompts)."""
-    return _paired_interval(a, b, _mean_difference, resamples, seed)
 
 
 def variant_pairs_table(summary: dict) -> list[str]:
@@ -195,7 +92,7 @@ def ablation_table(results: list[dict], summary: dict, hypotheses: dict[str, str
         runs = diagnosed.get((task, variant, upr))
         if not runs:
             return "– | –"
-        return " | ".join(" / ".join(_pct(_bin_mean(runs, _clip_metric(runs, sign), b)) for b in range(5))
+        return " | ".join(" / ".join(_pct(bin_mean(runs, clip_metric(runs, sign), b)) for b in range(5))
                           for sign in ("neg", "pos"))
 
     rows = []
@@ -303,17 +200,17 @@ def guard_table(results: list[dict]) -> list[str]:
         few = sum((m[3] <= 1) if len(m) > 3 and m[3] is not None else m[1] in (None, 0.0) for m in measured)
         ways = [sum(len(m) > 5 and m[5] == way for m in measured) for way in (OWN, FALLBACK, UNDECIDED)]
         decided = " / ".join(map(str, ways)) if any(len(m) > 5 and m[5] is not None for m in measured) else "–"
-        last = _mean([r["drift_guard"]["updates_per_rollout"][-1] for r in runs])
+        last = mean([r["drift_guard"]["updates_per_rollout"][-1] for r in runs])
         lines.append(
-            f"| {group} | `{method}` | {upr} | {rule} | {len(runs)} | {_mean(list(by_seed.values())):.3f} | "
+            f"| {group} | `{method}` | {upr} | {rule} | {len(runs)} | {mean(list(by_seed.values())):.3f} | "
             f"{_difference(by_seed, {s: r['final_sampled'] for s, r in same.items()})} | "
             f"upr {near_upr}: {_difference(by_seed, near)} | "
             f"{sum(r['collapsed'] for r in runs)}/{len(runs)} / "
             f"{sum(r['collapsed'] for r in unguarded_same)}/{len(unguarded_same)} | "
             f"{sum(r['drift_guard']['rollouts_cut'] for r in runs)}/{rollouts} | "
-            f"{sum(r['drift_guard']['updates_applied'] for r in runs)}/{steps} | {_mean(taken):.1f} | "
+            f"{sum(r['drift_guard']['updates_applied'] for r in runs)}/{steps} | {mean(taken):.1f} | "
             f"{few}/{len(measured)} | {decided} | {last:.1f} | "
-            f"{_mean([r['seconds'] for r in runs]):.0f} / {_mean([r['seconds'] for r in unguarded_same]):.0f} |")
+            f"{mean([r['seconds'] for r in runs]):.0f} / {mean([r['seconds'] for r in unguarded_same]):.0f} |")
     lines.append("")
     pairs = [(key, a, b) for key, rules in sorted(arms.items(), key=lambda kv: kv[0][:2] + kv[0][4:])
              for a, b in combinations(sorted(rules), 2) if rules[a].keys() & rules[b].keys()]
@@ -392,11 +289,6 @@ def _drop(drop: float, interval: tuple[float, float]) -> str:
     return f"{100 * drop:+.1f}%" + ("" if math.isnan(lo) else f" [{100 * lo:+.0f}, {100 * hi:+.0f}]")
 
 
-def _mean(values) -> float:
-    values = [v for v in values if v is not None and math.isfinite(v)]
-    return sum(values) / len(values) if values else math.nan
-
-
 def own_eps(result: dict, k: int, b: int) -> tuple[float, str]:
     """The eps of the run's own bin rule at update k and bin b, and the rule that column shows: ``acpo_eps`` where
     the diagnostics logged the run's own rule (``eps_rule``); for an ``acpo_log`` run logged before the rule was
@@ -422,19 +314,6 @@ def own_eps(result: dict, k: int, b: int) -> tuple[float, str]:
     return value, f"own ({'log-ratio' if rule == 'logratio' else 'ratio'})"
 
 
-def _bin_mean(runs: list[dict], metric: str, b: int, reduce=_mean) -> float:
-    """``reduce`` (the mean) of a per-(k, bin) diagnostic over ``runs``, bin ``b``, update indices k >= 1."""
-    return reduce([v for r in runs for kb, v in r["diagnostics"]["bins"].get(metric, {}).items()
-                   if kb.endswith(f",{b}") and int(kb.split(",")[0]) >= 1])
-
-
-def _clip_metric(runs: list[dict], sign: str) -> str:
-    """The diagnostic of the method's own clip fraction for advantages of ``sign`` ("pos" / "neg"); runs logged
-    before the diagnostics had it recorded ACPO's rule's only."""
-    own = any(f"clip_frac_{sign}" in r["diagnostics"]["bins"] for r in runs)
-    return f"clip_frac_{sign}" if own else f"acpo_clip_frac_{sign}"
-
-
 def _pct(x: float) -> str:
     return "–" if math.isnan(x) else f"{100 * x:.2f}" if 0 < 100 * x < 1 else f"{100 * x:.1f}"
 
@@ -456,7 +335,7 @@ def diagnostics_table(results: list[dict]) -> list[str]:
         values = [v for v in values if v is not None and math.isfinite(v)]
         return max(values) if values else math.nan
 
-    by_bin, pct = _bin_mean, _pct
+    by_bin, pct = bin_mean, _pct
     lines = ["## Diagnostics (means over seeds and over updates k >= 1 of a rollout)", "",
              "eps: the bin rule's range per bin, the run's own for ACPO, `acpo_log` and `bin_clip` (own (ratio): std "
              "of r; own (log-ratio): std of log r; own (frozen): `bin_clip_ranges`; acpo_log's own ≈: computed from "
@@ -473,13 +352,13 @@ def diagnostics_table(results: list[dict]) -> list[str]:
         eps_cells = {(r["run_id"], k, b): own_eps(r, k, b) for r in runs
                      for k in {int(kb.split(",")[0]) for kb in r["diagnostics"]["bins"].get("logratio_std", {})}
                      if k >= 1 for b in range(5)}
-        eps = " / ".join(f"{_mean([v for (_, _, bb), (v, _) in eps_cells.items() if bb == b]):.2f}" for b in range(5))
+        eps = " / ".join(f"{mean([v for (_, _, bb), (v, _) in eps_cells.items() if bb == b]):.2f}" for b in range(5))
         rule = ", ".join(sorted({name for _, name in eps_cells.values()})) or "–"
         clip = lambda m: f"{pct(by_bin(runs, m, 0))} / {pct(by_bin(runs, m, 4))}"  # noqa: E731
-        pos, neg = _clip_metric(runs, "pos"), _clip_metric(runs, "neg")
+        pos, neg = clip_metric(runs, "pos"), clip_metric(runs, "neg")
         std = f"{by_bin(runs, 'logratio_std', 0):.3f} / {by_bin(runs, 'logratio_std', 4):.3f}"
-        angle = _mean([v for d in diags for k, v in d["grad_k"].get("angle_deg", {}).items() if int(k) >= 1])
-        share = [_mean([sum(d["grad"].get(f"share/bin{b}/{s}", math.nan) for b in (0, 1)) for d in diags])
+        angle = mean([v for d in diags for k, v in d["grad_k"].get("angle_deg", {}).items() if int(k) >= 1])
+        share = [mean([sum(d["grad"].get(f"share/bin{b}/{s}", math.nan) for b in (0, 1)) for d in diags])
                  for s in ("pos", "neg")]
         lines.append(f"| {task} | `{variant}` | {upr} | {eps} | {rule} | {clip(pos)} | {clip(neg)} | "
                      f"{pct(by_bin(runs, neg, 0, largest))} | {std} | "
@@ -530,7 +409,7 @@ def testbeds_table(results: list[dict]) -> list[str]:
              "| task | warm-up | seeds | runs | step-0 sampled accuracy |", "|---|---|---|---|---|"]
     for (task, digest), runs in sorted(cells.items()):
         seeds = ", ".join(str(s) for s in sorted({r["spec"]["seed"] for r in runs}))
-        lines.append(f"| {task} | {digest} | {seeds} | {len(runs)} | {_mean([r['start_sampled'] for r in runs]):.3f} |")
+        lines.append(f"| {task} | {digest} | {seeds} | {len(runs)} | {mean([r['start_sampled'] for r in runs]):.3f} |")
     split = sorted(t for t, n in Counter(t for t, _ in cells).items() if n > 1)
     if split:
         lines += ["", "Drop from the smallest to the largest upr on each warm-up alone (number of seeds):", "",
@@ -551,7 +430,6 @@ def testbeds_table(results: list[dict]) -> list[str]:
 def write_table(results: list[dict], path: str | Path | None = None, hypotheses: dict[str, str] | None = None) -> str:
     """The Markdown tables (all runs; then without the collapsed ones; the ablation's verdicts for the variants of
     ``hypotheses``, {row: hypothesis}); written to ``path`` when given."""
-    from .mechanism import mechanism_table  # imported here: that module builds on this one's helpers
 
     lines = [
         "## Results of the study grid",

@@ -1,13 +1,9 @@
 """The CPU testbed (a small RL setting that learns on 2 CPU cores; docs/RESULTS.md, "Testbed"): addition problems, a tiny Qwen2 with a locally trained
 byte-level BPE tokenizer, and a noisy-teacher supervised warm-up cached on disk.
 
-Tasks (registered as tasks ``add1`` and ``add2`` by ``acpo_trl/tasks/testbed.py``; their problems are here):
-    add1  all 100 pairs a, b in 0..9; 30 held out (14 with a carry, 16 without), 70 RL prompts (the testbed).
-    add2  two-digit operands (10..99): 2- or 3-digit answers, so several answer tokens fall in the low
-          probability bins; 400 RL prompts, 60 held out (half with a units carry).
-
-Prompt: one chat turn "What is a + b?"; completion "The answer is \\boxed{N}." then the end of turn. Reward: 1 if
-the completion holds exactly one \\boxed{...} and its content is a + b, else 0.
+Tasks ``add1`` and ``add2`` (``acpo_trl/tasks/testbed.py``; their problems in ``acpo_trl/data/testbed.py``, their
+reward in ``acpo_trl/rewards/testbed.py``): one chat turn "What is a + b?"; completion "The answer is \\boxed{N}."
+then the end of turn; reward 1 if the completion holds exactly one \\boxed{...} and its content is a + b, else 0.
 
 Noisy teacher (the warm-up's targets): without a (units) carry right 50% of the time, else a + b +- 1; with a carry
 right 25%, the carry dropped 60% (a + b - 10), +-1 15%. RL then has a systematic error to fix.
@@ -23,57 +19,18 @@ import json
 import math
 import os
 import random
-import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ..tasks.testbed import TESTBED_TASKS
+from ..data.testbed import Problem, rl_dataset, task_problems
+from ..rewards.testbed import BOXED, addition_reward
 from ..utils.tiny_models import SPECIAL_TOKENS, chat_tokenizer, tiny_qwen2
 from .cell import DEFAULT_LR, GridCell
 from .results import code_version, write_result
 
 ANSWER_FORMAT = "The answer is \\boxed{{{}}}."
-_BOXED = re.compile(r"\\boxed\{([^{}]*)\}")
 
-
-@dataclass(frozen=True)
-class Problem:
-    a: int
-    b: int
-
-    @property
-    def answer(self) -> int:
-        return self.a + self.b
-
-    @property
-    def carry(self) -> bool:
-        return (self.a % 10) + (self.b % 10) >= 10
-
-    @property
-    def question(self) -> str:
-        return f"What is {self.a} + {self.b}?"
-
-
-def task_problems(task: str) -> tuple[list[Problem], list[Problem]]:
-    """(RL prompts, held-out problems) of ``task`` (fixed, seed-independent)."""
-    rng = random.Random(1234)
-    if task == "add1":
-        pairs = [Problem(a, b) for a in range(10) for b in range(10)]
-        carry = [p for p in pairs if p.carry]
-        plain = [p for p in pairs if not p.carry]
-        rng.shuffle(carry)
-        rng.shuffle(plain)
-        held = carry[:14] + plain[:16]
-        return [p for p in pairs if p not in held], held
-    if task == "add2":
-        pairs = [Problem(a, b) for a in range(10, 100) for b in range(10, 100)]
-        rng.shuffle(pairs)
-        carry = [p for p in pairs if p.carry][:30]
-        plain = [p for p in pairs if not p.carry][:30]
-        held = set(carry + plain)
-        return [p for p in pairs if p not in held][:400], carry + plain
-    raise ValueError(f"Unknown study task {task!r}: choose one of {TESTBED_TASKS}.")
 
 # A testbed run is chaotic: one ulp early on changes its trajectory, and the warm-up that every run of a task starts
 # from lands elsewhere. ATen picks its vectorised CPU kernels by the machine, so machines disagree: the add2 warm-up
@@ -115,28 +72,6 @@ def noisy_teacher(problem: Problem, rng: random.Random) -> int:
             return s - 10
         return max(0, s + rng.choice((-1, 1)))
     return s if u < 0.5 else max(0, s + rng.choice((-1, 1)))
-
-
-def addition_reward(prompts, completions, answer, **kwargs) -> list[float]:
-    """1.0 if the completion holds exactly one \\boxed{N} with N the answer, else 0.0."""
-    from ..rewards.common import completion_text
-
-    rewards = []
-    for completion, gold in zip(completions, answer):
-        found = _BOXED.findall(completion_text(completion))
-        rewards.append(1.0 if len(found) == 1 and found[0].strip() == str(gold) else 0.0)
-    return rewards
-
-
-def rl_dataset(problems: list[Problem]):
-    """TRL dataset: conversational ``prompt`` and the ``answer`` the reward reads."""
-    from datasets import Dataset
-
-    return Dataset.from_dict({
-        "prompt": [[{"role": "user", "content": p.question}] for p in problems],
-        "answer": [str(p.answer) for p in problems],
-        "carry": [p.carry for p in problems],
-    })
 
 
 @dataclass(frozen=True)
@@ -311,7 +246,7 @@ def evaluate(model, tokenizer, problems: list[Problem], *, k: int = 8, max_new_t
         "sampled": sum(sampled_rewards) / len(sampled_rewards),
         "greedy": sum(greedy_rewards) / len(greedy_rewards),
         "greedy_carry": sum(carry) / len(carry) if carry else float("nan"),
-        "format": sum(len(_BOXED.findall(t)) == 1 for t in sampled) / len(sampled),
+        "format": sum(len(BOXED.findall(t)) == 1 for t in sampled) / len(sampled),
     }
 
 

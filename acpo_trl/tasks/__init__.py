@@ -14,9 +14,9 @@ A new task is one module with one ``register_task`` call (``tests/test_tasks.py`
 and trains and evaluates it through the command lines).
 """
 
-from .registry import (BenchmarkSource, Task, TaskSpec, benchmark_loader, benchmark_names, build_task, get_task,
-                       options_classes, register_task, registered)
-from . import arithmetic, countdown, hitab, math, running_sum, testbed, toy  # noqa: E402,F401  (registration order: help texts)  # noqa: E402,F401  (registration order: help texts)
+from .registry import (BenchmarkSource, Task, TaskArguments, TaskSpec, benchmark_loader, benchmark_names, build_task,
+                       get_task, options_classes, register_task, registered, with_task_options)
+from . import arithmetic, countdown, hitab, math, running_sum, testbed, toy  # noqa: E402,F401  (registration order: help texts)
 
-__all__ = ["BenchmarkSource", "Task", "TaskSpec", "benchmark_loader", "benchmark_names", "build_task", "get_task",
-           "options_classes", "register_task", "registered"]
+__all__ = ["BenchmarkSource", "Task", "TaskArguments", "TaskSpec", "benchmark_loader", "benchmark_names", "build_task",
+           "get_task", "options_classes", "register_task", "registered", "with_task_options"]

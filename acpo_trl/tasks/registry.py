@@ -8,26 +8,62 @@ entry of ``acpo_trl.losses.POLICY_LOSSES``)::
         benchmarks={...},            # acpo-eval's sets: name -> loader(BenchmarkSource) -> (dataset, reward)
     ))
 
-``acpo-train`` builds the task named by ``task`` (``args``: its script arguments, whose fields are
-``ACPOScriptArguments``' and every registered task's options; the prompt template is ``args.prompt_template``), reports on its held-out set and names the model
-card after it; ``acpo-eval`` and ``acpo-dlogp`` evaluate any task's benchmarks, and a task without declared
-benchmarks is one itself: its held-out set with the default options (``acpo-eval --benchmarks addition``);
-``acpo-study`` runs recipes of any task. A task of another package registers on import: import it before calling
-``acpo_trl.train.main`` (a three-line script), or declare it under the ``acpo_trl.tasks`` entry-point group
-(``module:object``, loaded when the registry is first read).
+``build`` reads its ``args`` from one object: :class:`TaskArguments` (the task, its prompt template and sizes,
+TRL's dataset fields) with every registered task's options as fields too (:func:`with_task_options`);
+``acpo-train``'s script arguments extend it. ``acpo-train`` builds the task named by ``task``, reports on its
+held-out set and names the model card after it; ``acpo-eval`` and ``acpo-dlogp`` evaluate any task's benchmarks, and
+a task without declared benchmarks is one itself: its held-out set with the default options (``acpo-eval
+--benchmarks addition``); ``acpo-study`` runs recipes of any task. A task of another package registers on import:
+import it before calling ``acpo_trl.train.main`` (a three-line script), or declare it under the ``acpo_trl.tasks``
+entry-point group (``module:object``, loaded when the registry is first read).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from trl import ScriptArguments
+
+from ..utils.number_checks import AT_LEAST_ONE, check_numbers
+
 logger = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "acpo_trl.tasks"
+TEMPLATES = ("base", "chat")
+TASK_RANGES = {"num_train_tasks": AT_LEAST_ONE, "num_eval_tasks": AT_LEAST_ONE}  # checked at construction
+
+
+@dataclass
+class TaskArguments(ScriptArguments):
+    """What a task's ``build`` reads besides its own options: TRL's ``ScriptArguments`` (``dataset_name``, splits)
+    and the fields below. ``acpo-train``'s ``ACPOScriptArguments`` extends it.
+
+    Parameters:
+        task (`str`, defaults to `"countdown"`): a registered task (`acpo_trl.tasks`): `addition`, `multiplication`,
+            `running_sum`, `countdown`, `math`, `hitab`, `toy`, `add1`, `add2`, or one of yours. Its own fields (e.g.
+            `arithmetic_digits`, `countdown_min_numbers`, `hitab_tables_dir`) are documented with its options class.
+        prompt_template (`str`, defaults to `"base"`): `"base"` (ACPO's template, no chat template) or `"chat"`.
+        num_train_tasks (`int`, defaults to `2048`): generated tasks (countdown without `dataset_name`, addition).
+        num_eval_tasks (`int`, defaults to `64`): held-out problems for the before/after report.
+        eval_dataset_name (`str`, *optional*): held-out data (HiTab samples, or a Countdown file).
+    """
+
+    task: str = field(default="countdown", metadata={"help": "A registered task (acpo_trl.tasks), e.g. addition."})
+    prompt_template: str = field(default="base", metadata={"help": "'base' (no chat template) or 'chat'."})
+    num_train_tasks: int = field(default=2048, metadata={"help": "Generated training tasks (countdown, addition)."})
+    num_eval_tasks: int = field(default=64, metadata={"help": "Held-out problems for the before/after report."})
+    eval_dataset_name: str | None = field(default=None, metadata={"help": "Held-out data file (hitab, countdown)."})
+
+    def __post_init__(self):
+        check_numbers(self, TASK_RANGES)
+        get_task(self.task)  # a ValueError naming the registered tasks
+        if self.prompt_template not in TEMPLATES:
+            raise ValueError(f"ACPOScriptArguments.prompt_template={self.prompt_template!r}: use 'base' or 'chat'.")
 
 
 @dataclass
@@ -132,8 +168,34 @@ def options_classes() -> list[type]:
     return list(dict.fromkeys(spec.options for spec in registered().values() if spec.options is not None))
 
 
+def with_task_options(base: type) -> type:
+    """``base`` (:class:`TaskArguments` or a subclass) with every registered task's options as fields too: the one
+    object a task's builder reads its fields from. A field of another task than ``task`` set to a value other than
+    its default is ignored, with a warning."""
+    return _with_options(base, tuple(options_classes()))
+
+
+@functools.cache
+def _with_options(base: type, options: tuple[type, ...]) -> type:
+    def __post_init__(self):
+        base.__post_init__(self)
+        own = get_task(self.task).options
+        for cls in options:
+            if hasattr(cls, "__post_init__"):
+                cls.__post_init__(self)
+            if cls is not own:
+                default = cls()
+                unused = [f.name for f in dataclasses.fields(cls) if getattr(self, f.name) != getattr(default, f.name)]
+                if unused:
+                    logger.warning("%s: field(s) of another task, ignored by task %r.", ", ".join(unused), self.task)
+
+    return dataclasses.make_dataclass(base.__name__, [], bases=(base, *options),
+                                      namespace={"__post_init__": __post_init__, "__doc__": base.__doc__})
+
+
 def build_task(args, seed: int = 0) -> Task:
-    """The datasets and rewards of the task ``args.task`` (``args``: ``acpo_trl.train.script_arguments()``)."""
+    """The datasets and rewards of the task ``args.task`` (``args``: ``with_task_options(TaskArguments)`` or
+    ``acpo-train``'s script arguments)."""
     return get_task(args.task).build(args, seed)
 
 
@@ -154,12 +216,10 @@ def benchmark_loader(name: str) -> BenchmarkLoader:
 
 
 def _held_out(spec: TaskSpec, source: BenchmarkSource):
-    from ..train import script_arguments
-
     if source.path is not None:
         raise ValueError(f"benchmark {spec.name!r} is generated by its task, not read from a file: drop `={source.path}`.")
     if source.recipe is not None and source.recipe[0].task == spec.name:
         task = spec.build(*source.recipe)
     else:
-        task = spec.build(script_arguments()(task=spec.name, prompt_template=source.template), 0)
+        task = spec.build(with_task_options(TaskArguments)(task=spec.name, prompt_template=source.template), 0)
     return task.eval_dataset, task.reward_funcs[0]

@@ -1,18 +1,19 @@
-"""Tasks ``add1`` and ``add2``: the CPU testbed's fixed addition problems (``acpo_trl/study/testbed.py``, where a
-tiny model is trained from scratch on them; docs/RESULTS.md, "Testbed"). As tasks they run with any model: one chat
-turn "What is a + b?", reward 1 for exactly one \\boxed{a + b}; the split is seed-independent."""
+"""Tasks ``add1`` and ``add2``: the CPU testbed's fixed addition problems (``acpo_trl/data/testbed.py``; the testbed
+itself, where a tiny model is trained from scratch on them, is ``acpo_trl/study/testbed.py``; docs/RESULTS.md,
+"Testbed"). As tasks they run with any model: one chat turn "What is a + b?", reward 1 for exactly one
+\\boxed{a + b}; the split is seed-independent."""
 
 from __future__ import annotations
 
+from ..data.testbed import TESTBED_TASKS, rl_dataset, task_problems
+from ..rewards.testbed import addition_reward
 from .registry import Task, TaskSpec, register_task
 
-TESTBED_TASKS = ("add1", "add2")
+__all__ = ["TESTBED_TASKS"]
 
 
 def _testbed(name: str):
     def build(args, seed: int) -> Task:
-        from ..study.testbed import addition_reward, rl_dataset, task_problems
-
         train, held_out = task_problems(name)
         return Task(rl_dataset(train), rl_dataset(held_out), [addition_reward])
 

@@ -18,9 +18,13 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 
-from ..utils.cli_errors import UserError, cli_main, parse_config
-from ..utils.number_checks import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, check_numbers
-from ..utils.run_folder import claimed
+from trl import TrlParser
+
+from .recipe import read_recipe, resolve_model_path
+from .tasks import get_task, registered
+from .utils.cli_errors import UserError, cli_main, parse_config
+from .utils.number_checks import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, check_numbers
+from .utils.run_folder import claimed
 
 RANGES = {"num_examples": AT_LEAST_ONE, "max_steps": AT_LEAST_ONE, "batch_size": AT_LEAST_ONE,
           "learning_rate": POSITIVE, "exclude_seeds": NON_NEGATIVE}  # checked at construction
@@ -59,12 +63,8 @@ class WarmupArguments:
 
 def warmup_dataset(script_args, args: WarmupArguments):
     """The prompt-completion rows of the warm-up of ``script_args.task`` (its registered worked solutions)."""
-    from ..tasks import get_task
-
     worked = get_task(script_args.task).worked_solutions
     if worked is None:
-        from ..tasks import registered
-
         raise UserError(f"task {script_args.task!r} has no worked solutions to warm up on",
                         f"use one of {sorted(n for n, spec in registered().items() if spec.worked_solutions)}")
     return worked(script_args, args.num_examples, args.seed + WARMUP_SEED_OFFSET, args.exclude_seeds)
@@ -73,11 +73,9 @@ def warmup_dataset(script_args, args: WarmupArguments):
 def run(args: WarmupArguments, callbacks=None) -> str:
     """Train the warm-up and save it where the recipe's ``model_name_or_path`` points; returns that folder.
     ``callbacks``: extra ``TrainerCallback`` objects (e.g. one that saves checkpoints along the way, for pilots)."""
-    import torch
+    import torch  # deferred, with TRL's trainer: a bad recipe is refused before them
     from transformers import AutoTokenizer
     from trl import SFTConfig, SFTTrainer
-
-    from ..train import read_recipe, resolve_model_path
 
     script_args, _, model_args = read_recipe(args.recipe)
     output_dir = model_args.model_name_or_path
@@ -121,8 +119,6 @@ def run(args: WarmupArguments, callbacks=None) -> str:
 
 @cli_main("acpo-warmup")
 def main(argv: list[str] | None = None) -> None:
-    from trl import TrlParser
-
     (args,) = parse_config(TrlParser(WarmupArguments, prog="acpo-warmup"), argv)
     run(args)
 
