@@ -50,29 +50,41 @@ def run(script_args, training_args, model_args, callbacks=None):
 
     ``callbacks``: extra ``TrainerCallback`` objects (``script_args.save_final_model=False`` keeps the trained
     weights in memory only: a measurement run). Returns the trainer."""
-    # deferred: the trainer, the evaluation's callback and the plots import TRL's trainer, transformers and matplotlib,
-    # which check_inputs does not need (a bad recipe fails before them)
+    trainer, task = build_trainer(script_args, training_args, model_args, callbacks)
+    evaluator = before = None
+    if script_args.report:
+        evaluator, before = start_report(trainer, task, script_args, training_args)
+    start = time.time()
+    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
+    wall_s = time.time() - start
+    # The report before the model, each written whole or not at all: a full disk then loses the model only.
+    if evaluator is not None:
+        write_outputs(trainer, evaluator, before, wall_s, script_args, training_args, model_args)
+    if script_args.save_final_model:
+        with staged(training_args.output_dir, main=trainer.is_world_process_zero()) as folder:
+            trainer.save_model(folder, _internal_call=True)  # the push, if any, comes below, from output_dir
+    if training_args.push_to_hub:
+        trainer.push_to_hub(dataset_name=script_args.dataset_name or script_args.task)
+    return trainer
+
+
+def build_trainer(script_args, training_args, model_args, callbacks=None):
+    """``(trainer, task)``: the recipe's task (its data read, long prompts dropped) and an ``ACPOTrainer`` on its
+    model, with the run's progress bar; the output folder checked for room once the model is loaded."""
+    # deferred: TRL's trainer and transformers, which check_inputs does not need (a bad recipe fails before them)
     from transformers import AutoTokenizer, PrinterCallback, ProgressCallback
     from trl import get_peft_config, get_quantization_config
 
-    from .diagnostics.plots import plot_training_curves, read_metrics
-    from .evaluation.benchmarks import Benchmark
-    from .evaluation.callback import EvalCallback
     from .trainer import ACPOTrainer
-    from .training.callbacks import MetricsJSONLCallback, RewardProgressCallback
-    from .training.report import write_report
+    from .training.callbacks import RewardProgressCallback
 
     with user_input(ImportError, FileNotFoundError, FileExistsError):  # the offline model's package and cache
         model_path = resolve_model_path(model_args.model_name_or_path)
-    model_init_kwargs = dict(
-        revision=model_args.model_revision,
-        trust_remote_code=training_args.trust_remote_code,
-        attn_implementation=model_args.attn_implementation,
-        dtype=model_args.dtype,
-    )
-    model_init_kwargs.update(training_args.model_init_kwargs or {})
-    training_args.model_init_kwargs = model_init_kwargs
-
+    training_args.model_init_kwargs = {  # the recipe's own model_init_kwargs win
+        "revision": model_args.model_revision, "trust_remote_code": training_args.trust_remote_code,
+        "attn_implementation": model_args.attn_implementation, "dtype": model_args.dtype,
+        **(training_args.model_init_kwargs or {}),
+    }
     # Reading the task's data: a missing file, a malformed record or an unreachable Hub dataset is the user's to fix.
     hub_fix = "give a local file, or run once with network access and HF_HUB_OFFLINE unset to cache the dataset"
     with user_input(FileNotFoundError, ValueError, KeyError), user_input(ConnectionError, fix=hub_fix):
@@ -81,15 +93,9 @@ def run(script_args, training_args, model_args, callbacks=None):
             tokenizer = AutoTokenizer.from_pretrained(model_path, revision=model_args.model_revision,
                                                       trust_remote_code=training_args.trust_remote_code)
             task.train_dataset = drop_long_prompts(task.train_dataset, tokenizer, script_args.max_prompt_length)
-    trainer = ACPOTrainer(
-        model=model_path,
-        reward_funcs=task.reward_funcs,
-        args=training_args,
-        train_dataset=task.train_dataset,
-        peft_config=get_peft_config(model_args),
-        quantization_config=get_quantization_config(model_args),
-        callbacks=callbacks,
-    )
+    trainer = ACPOTrainer(model=model_path, reward_funcs=task.reward_funcs, args=training_args,
+                          train_dataset=task.train_dataset, peft_config=get_peft_config(model_args),
+                          quantization_config=get_quantization_config(model_args), callbacks=callbacks)
     if script_args.check_disk_space:  # the model is loaded, nothing is trained or evaluated yet
         check_room(trainer, script_args.save_final_model)
     trainer.task_name = script_args.task
@@ -97,46 +103,50 @@ def run(script_args, training_args, model_args, callbacks=None):
     trainer.remove_callback(ProgressCallback)
     if not training_args.disable_tqdm:
         trainer.add_callback(RewardProgressCallback())
+    return trainer, task
+
+
+def start_report(trainer, task, script_args, training_args):
+    """``(evaluator, before)``: the report's held-out evaluation (periodic with ``report_eval_steps``) and its
+    before-training result (shared through ``report_before_file``); ``metrics.jsonl`` starts with training."""
+    from .evaluation.benchmarks import Benchmark  # deferred, with the callback below: transformers
+    from .evaluation.callback import EvalCallback
+    from .training.callbacks import MetricsJSONLCallback
+
+    # It starts the file when training begins: a run that fails before leaves an earlier run's file as it was.
     metrics_path = os.path.join(training_args.output_dir, "metrics.jsonl")
-    evaluator = None
-    if script_args.report:
-        # It starts the file when training begins: a run that fails before leaves an earlier run's file as it was.
-        trainer.add_callback(MetricsJSONLCallback(metrics_path, resume=bool(training_args.resume_from_checkpoint)))
-        held_out = Benchmark(script_args.task, task.eval_dataset, task.reward_funcs[0])
-        evaluator = EvalCallback(trainer, [held_out], eval_steps=script_args.report_eval_steps or 10**9,
-                                 k=script_args.eval_k, temperature=script_args.eval_temperature,
-                                 sampler=script_args.eval_sampler, batch_size=script_args.eval_batch_size,
-                                 seed=training_args.seed)
-        if script_args.report_eval_steps:
-            trainer.add_callback(evaluator)  # logged to metrics.jsonl and report_to as eval/<task>/...
-        before = shared_evaluation(script_args.report_before_file, evaluator.with_counts, trainer.accelerator)
+    trainer.add_callback(MetricsJSONLCallback(metrics_path, resume=bool(training_args.resume_from_checkpoint)))
+    held_out = Benchmark(script_args.task, task.eval_dataset, task.reward_funcs[0])
+    evaluator = EvalCallback(trainer, [held_out], eval_steps=script_args.report_eval_steps or 10**9,
+                             k=script_args.eval_k, temperature=script_args.eval_temperature,
+                             sampler=script_args.eval_sampler, batch_size=script_args.eval_batch_size,
+                             seed=training_args.seed)
+    if script_args.report_eval_steps:
+        trainer.add_callback(evaluator)  # logged to metrics.jsonl and report_to as eval/<task>/...
+    return evaluator, shared_evaluation(script_args.report_before_file, evaluator.with_counts, trainer.accelerator)
 
-    start = time.time()
-    trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
-    wall_s = time.time() - start
 
-    # The report before the model, each written whole or not at all: a full disk then loses the model only.
-    if evaluator is not None:
-        after = evaluator.metrics_at(trainer.state.global_step)
-        if trainer.is_world_process_zero():
-            entries = read_metrics(metrics_path)
-            with staged(training_args.output_dir) as folder:
-                with open(os.path.join(folder, "eval_before_after.json"), "w") as f:
-                    json.dump({"before": before, "after": after}, f, indent=2)
-                plot_training_curves(entries, os.path.join(folder, "training_curves.png"),
-                                     title=f"{script_args.task}: {training_args.policy_loss}",
-                                     updates_per_rollout=training_args.updates_per_rollout)
-                if training_args.diagnostics:
-                    write_diagnostics_plots(entries, training_args, folder)
-                report = write_report(os.path.join(folder, "report.md"), script_args, training_args,
-                                      model_args.model_name_or_path, before, after, wall_s, entries)
-            print(report)
-    if script_args.save_final_model:
-        with staged(training_args.output_dir, main=trainer.is_world_process_zero()) as folder:
-            trainer.save_model(folder, _internal_call=True)  # the push, if any, comes below, from output_dir
-    if training_args.push_to_hub:
-        trainer.push_to_hub(dataset_name=script_args.dataset_name or script_args.task)
-    return trainer
+def write_outputs(trainer, evaluator, before: dict, wall_s: float, script_args, training_args, model_args) -> None:
+    """After training: the held-out evaluation, then ``eval_before_after.json``, ``training_curves.png``, the
+    diagnostics' plots and ``report.md`` in the output folder, each written whole or not at all."""
+    from .diagnostics.plots import plot_training_curves, read_metrics  # deferred: matplotlib
+    from .training.report import write_report
+
+    after = evaluator.metrics_at(trainer.state.global_step)
+    if not trainer.is_world_process_zero():
+        return
+    entries = read_metrics(os.path.join(training_args.output_dir, "metrics.jsonl"))
+    with staged(training_args.output_dir) as folder:
+        with open(os.path.join(folder, "eval_before_after.json"), "w") as f:
+            json.dump({"before": before, "after": after}, f, indent=2)
+        plot_training_curves(entries, os.path.join(folder, "training_curves.png"),
+                             title=f"{script_args.task}: {training_args.policy_loss}",
+                             updates_per_rollout=training_args.updates_per_rollout)
+        if training_args.diagnostics:
+            write_diagnostics_plots(entries, training_args, folder)
+        report = write_report(os.path.join(folder, "report.md"), script_args, training_args,
+                              model_args.model_name_or_path, before, after, wall_s, entries)
+    print(report)
 
 
 def shared_evaluation(path: str | None, evaluate, accelerator) -> dict:

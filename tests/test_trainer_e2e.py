@@ -138,6 +138,7 @@ def test_a_void_lower_clip_is_said_once_per_run(tmp_path, tiny_model, caplog):
             assert f"bin(s) {', '.join(map(str, bins))} " in said[0]
             assert f"at update {first % 4 + 1} of 4 of a rollout (optimizer step {first + 1})" in said[0]
             assert "docs/RESULTS.md" in said[0] and first % 4 > 0  # never at k = 0, where r = 1
+            assert "\n" not in said[0] and len(said[0]) < 250  # one console line; report.md explains
 
 
 def test_freed_host_memory_is_returned_between_phases(tmp_path, tiny_model, monkeypatch):

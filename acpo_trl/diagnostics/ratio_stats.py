@@ -74,65 +74,76 @@ def ratio_diagnostics(
     """
     logps = logps.detach()
     mask = mask.detach()
-    num_bins = rule.num_bins
     bins = rule.bins(logps, mask)
-    flat_bins = bins.reshape(-1)
-    x = torch.clamp(logps - old_logps, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).reshape(-1).double()
-    ratio = x.exp()
-    slots = num_bins + 1
-    zeros = x.new_zeros(slots)
-
-    def per_bin(values: torch.Tensor) -> torch.Tensor:
-        return zeros.scatter_add(0, flat_bins, values)[:num_bins]
-
-    count = per_bin(torch.ones_like(x))
-    n = count.clamp(min=1)
-    mean_x = per_bin(x) / n
-    dev = x - torch.cat([mean_x, mean_x.new_zeros(1)]).index_select(0, flat_bins)
-    m2, m3, m4 = per_bin(dev**2) / n, per_bin(dev**3) / n, per_bin(dev**4) / n
-    mean_r = per_bin(ratio) / n
-    dev_r = ratio - torch.cat([mean_r, mean_r.new_zeros(1)]).index_select(0, flat_bins)
-    std_r = torch.sqrt(per_bin(dev_r**2) / n)
-    std_x = torch.sqrt(m2)
-    skew = m3 / (m2 + _VAR_EPS) ** 1.5
-    kurt = m4 / (m2 + _VAR_EPS) ** 2 - 3
-
+    per_bin = _BinSums(bins, rule.num_bins)
+    x = torch.clamp(logps - old_logps, -LOG_RATIO_CLAMP, LOG_RATIO_CLAMP).double()
+    moments = _moments(per_bin, x)
     stats = rule.stats(bins, rule.deviation(logps, old_logps))
-    eps_tok = rule.token_eps(stats, bins, torch.float64)
-    ratio_2d = ratio.view_as(logps)
-    adv = advantages.expand_as(logps)
-    valid = mask.bool()
-    pos, neg = (adv > 0) & valid, (adv < 0) & valid
-    low, high = rule.ratio_bounds(eps_tok)
-    acpo_high = (ratio_2d > high) & pos
-    acpo_low = (ratio_2d < low) & neg
-
-    def count_of(selector: torch.Tensor) -> torch.Tensor:
-        return per_bin(selector.reshape(-1).double())
-
-    num_pos, num_neg = count_of(pos), count_of(neg)
+    columns = _clip_columns(per_bin, rule, stats, bins, x.exp(), advantages.expand_as(logps), mask.bool(),
+                            clipped_high, clipped_low)
+    count = moments["count"]
     total = count.sum()
     nonempty = (count > 0).double()
-    shaped = ((count >= MIN_TOKENS_FOR_SHAPE) & (std_x > MIN_STD_FOR_SHAPE)).double()
-    columns = {
-        "acpo_clip_frac_pos": (count_of(acpo_high), num_pos),
-        "acpo_clip_frac_neg": (count_of(acpo_low), num_neg),
-        "moved_frac": (count_of(((ratio_2d - 1).abs() > MOVED_BAND) & (pos | neg)), num_pos + num_neg),
-    }
-    if clipped_high is not None and clipped_low is not None:
-        columns["clip_frac_pos"] = (count_of(clipped_high & pos), num_pos)
-        columns["clip_frac_neg"] = (count_of(clipped_low & neg), num_neg)
+    shaped = ((count >= MIN_TOKENS_FOR_SHAPE) & (moments["logratio_std"] > MIN_STD_FOR_SHAPE)).double()
     metrics: dict[str, Metric] = {}
-    for b in range(num_bins):
+    for b in range(rule.num_bins):
         e, s = nonempty[b], shaped[b]
         metrics[_key(prefix, k, b, "token_frac")] = (count[b], total)
-        metrics[_key(prefix, k, b, "ratio_mean")] = (mean_r[b] * e, e)
-        metrics[_key(prefix, k, b, "ratio_std")] = (std_r[b] * e, e)
-        metrics[_key(prefix, k, b, "logratio_mean")] = (mean_x[b] * e, e)
-        metrics[_key(prefix, k, b, "logratio_std")] = (std_x[b] * e, e)
-        metrics[_key(prefix, k, b, "logratio_skew")] = (skew[b] * s, s)
-        metrics[_key(prefix, k, b, "logratio_kurt")] = (kurt[b] * s, s)
+        for name in ("ratio_mean", "ratio_std", "logratio_mean", "logratio_std"):
+            metrics[_key(prefix, k, b, name)] = (moments[name][b] * e, e)
+        for name in ("logratio_skew", "logratio_kurt"):
+            metrics[_key(prefix, k, b, name)] = (moments[name][b] * s, s)
         metrics[_key(prefix, k, b, "acpo_eps")] = (stats.eps[b] * e, e)
         for name, (num, den) in columns.items():
             metrics[_key(prefix, k, b, name)] = (num[b], den[b])
     return metrics
+
+
+class _BinSums:
+    """Sums per probability bin of a token-level tensor (``bins`` from :meth:`BinClipRule.bins` with the mask:
+    masked-out tokens in slot K, dropped), float64."""
+
+    def __init__(self, bins: torch.Tensor, num_bins: int):
+        self.flat_bins, self.num_bins = bins.reshape(-1), num_bins
+
+    def __call__(self, values: torch.Tensor) -> torch.Tensor:
+        values = values.reshape(-1).double()
+        return values.new_zeros(self.num_bins + 1).scatter_add(0, self.flat_bins, values)[: self.num_bins]
+
+    def spread(self, per_bin: torch.Tensor) -> torch.Tensor:
+        """A per-bin value back on each token (0 in the masked-out slot)."""
+        return torch.cat([per_bin, per_bin.new_zeros(1)]).index_select(0, self.flat_bins)
+
+
+def _moments(per_bin: _BinSums, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Per bin: the token count, mean and population std of r = e^x and of x = log r, and x's skew and excess
+    kurtosis (two passes: the means, then the moments about them)."""
+    x = x.reshape(-1)
+    ratio = x.exp()
+    count = per_bin(torch.ones_like(x))
+    n = count.clamp(min=1)
+    mean_x, mean_r = per_bin(x) / n, per_bin(ratio) / n
+    dev = x - per_bin.spread(mean_x)
+    m2, m3, m4 = per_bin(dev**2) / n, per_bin(dev**3) / n, per_bin(dev**4) / n
+    std_r = torch.sqrt(per_bin((ratio - per_bin.spread(mean_r)) ** 2) / n)
+    return {"count": count, "ratio_mean": mean_r, "ratio_std": std_r, "logratio_mean": mean_x,
+            "logratio_std": torch.sqrt(m2), "logratio_skew": m3 / (m2 + _VAR_EPS) ** 1.5,
+            "logratio_kurt": m4 / (m2 + _VAR_EPS) ** 2 - 3}
+
+
+def _clip_columns(per_bin: _BinSums, rule: BinClipRule, stats, bins: torch.Tensor, ratio: torch.Tensor,
+                  adv: torch.Tensor, valid: torch.Tensor, clipped_high, clipped_low) -> dict[str, Metric]:
+    """Per bin, (numerator, denominator) of the clip fractions ACPO's ranges would give, the moved fraction, and the
+    method's own clip fractions when it returned its masks."""
+    pos, neg = (adv > 0) & valid, (adv < 0) & valid
+    low, high = rule.ratio_bounds(rule.token_eps(stats, bins, torch.float64))
+    num_pos, num_neg = per_bin(pos), per_bin(neg)
+    columns = {
+        "acpo_clip_frac_pos": (per_bin((ratio > high) & pos), num_pos),
+        "acpo_clip_frac_neg": (per_bin((ratio < low) & neg), num_neg),
+        "moved_frac": (per_bin(((ratio - 1).abs() > MOVED_BAND) & (pos | neg)), num_pos + num_neg),
+    }
+    if clipped_high is not None and clipped_low is not None:
+        columns["clip_frac_pos"] = (per_bin(clipped_high & pos), num_pos)
+        columns["clip_frac_neg"] = (per_bin(clipped_low & neg), num_neg)
+    return columns

@@ -148,6 +148,24 @@ def _guard_options(result: dict) -> dict:
     return {name: value for name, value in result["spec"].get("options") or () if name.startswith("drift_guard")}
 
 
+GUARD_HEADER = [
+    "## The drift guard", "",
+    "Guarded runs against the same method's unguarded runs of the same seeds (the same prompts and sampled "
+    "completions per rollout). Differences of final sampled accuracy in points, mean over seeds [95% "
+    "bootstrap interval over seeds]. Cut: rollouts the guard cut short, of all rollouts. Steps applied: "
+    "optimizer updates applied, of the run's steps (a skipped update still counts as a step). On <= 1 "
+    "bin-0 token: decisions whose mini-batch held at most one bin-0 token (a ratio std of exactly 0 or "
+    "none), of all decisions. Decided on: decisions taken on the guard's own measure / on the k3 fallback "
+    "/ on too few tokens for either (update applied), for runs with the token rule (drift_guard.py). "
+    "Last rollout: the mean updates the runs' last rollout took. Wall: mean "
+    "seconds per run, guarded / unguarded.", "",
+    "| task | variant | upr | guard | seeds | final acc | - unguarded, same upr | - unguarded, fewest upr | "
+    "collapsed (guarded / unguarded) | cut | steps applied | updates per rollout (mean) | on <= 1 bin-0 "
+    "token | decided on own / fallback / none | last rollout | wall s |",
+    "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+]
+
+
 def guard_table(results: list[dict]) -> list[str]:
     """The drift guard's runs, per level and method, paired by seed with the same method's unguarded runs (same
     alpha and clip, no other option): the final accuracy difference to the unguarded runs in the same regime and
@@ -157,52 +175,40 @@ def guard_table(results: list[dict]) -> list[str]:
     guarded = [r for r in results if r.get("drift_guard")]
     if not guarded:
         return []
-    lines = ["## The drift guard", "",
-             "Guarded runs against the same method's unguarded runs of the same seeds (the same prompts and sampled "
-             "completions per rollout). Differences of final sampled accuracy in points, mean over seeds [95% "
-             "bootstrap interval over seeds]. Cut: rollouts the guard cut short, of all rollouts. Steps applied: "
-             "optimizer updates applied, of the run's steps (a skipped update still counts as a step). On <= 1 "
-             "bin-0 token: decisions whose mini-batch held at most one bin-0 token (a ratio std of exactly 0 or "
-             "none), of all decisions. Decided on: decisions taken on the guard's own measure / on the k3 fallback "
-             "/ on too few tokens for either (update applied), for runs with the token rule (drift_guard.py). "
-             "Last rollout: the mean updates the runs' last rollout took. Wall: mean "
-             "seconds per run, guarded / unguarded.", "",
-             "| task | variant | upr | guard | seeds | final acc | - unguarded, same upr | - unguarded, fewest upr | "
-             "collapsed (guarded / unguarded) | cut | steps applied | updates per rollout (mean) | on <= 1 bin-0 "
-             "token | decided on own / fallback / none | last rollout | wall s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    groups, arms = defaultdict(list), defaultdict(dict)
+    groups = defaultdict(list)
     for r in guarded:
-        spec = r["spec"]
-        guard = _guard_options(r)
-        key = (group_of(r), spec["method"], spec.get("alpha"), json.dumps(spec.get("clip")), spec["upr"],
-               f"{guard.get('drift_guard')} > {guard.get('drift_guard_threshold')}"
-               + (f" on >= {guard['drift_guard_min_tokens']} tokens" if "drift_guard_min_tokens" in guard else ""))
-        groups[key].append(r)
-    for (group, method, alpha, clip, upr, rule), runs in sorted(groups.items(), key=lambda kv: kv[0][:2] + kv[0][4:]):
-        def same_method(r):
-            spec = r["spec"]
-            return (group_of(r) == group and spec["method"] == method and spec.get("alpha") == alpha
-                    and json.dumps(spec.get("clip")) == clip and not spec.get("options"))
+        spec, guard = r["spec"], _guard_options(r)
+        rule = (f"{guard.get('drift_guard')} > {guard.get('drift_guard_threshold')}"
+                + (f" on >= {guard['drift_guard_min_tokens']} tokens" if "drift_guard_min_tokens" in guard else ""))
+        groups[(group_of(r), spec["method"], spec.get("alpha"), json.dumps(spec.get("clip")), spec["upr"], rule)].append(r)
+    lines, arms = list(GUARD_HEADER), defaultdict(dict)
+    for key, runs in sorted(groups.items(), key=lambda kv: kv[0][:2] + kv[0][4:]):
+        *cell, rule = key
+        arms[tuple(cell)][rule] = {r["spec"]["seed"]: r["final_sampled"] for r in runs}
+        lines.append(_guard_row(key, runs, results))
+    return lines + [""] + _guard_rules_table(arms) + _k3_lines(guarded, results) + [""]
 
-        plain = [r for r in results if same_method(r)]
-        near_upr = min((r["spec"]["upr"] for r in plain), default=upr)
-        by_seed = {r["spec"]["seed"]: r["final_sampled"] for r in runs}
-        arms[(group, method, alpha, clip, upr)][rule] = by_seed
-        same = {r["spec"]["seed"]: r for r in plain if r["spec"]["upr"] == upr}
-        near = {r["spec"]["seed"]: r["final_sampled"] for r in plain if r["spec"]["upr"] == near_upr}
 
-        steps = sum(r["spec"]["steps"] for r in runs)
-        rollouts = sum(len(r["drift_guard"]["updates_per_rollout"]) for r in runs)
-        taken = [n for r in runs for n in r["drift_guard"]["updates_per_rollout"]]
-        unguarded_same = [same[s] for s in sorted(same) if s in by_seed]
-        measured = [m for r in runs for m in r["drift_guard"]["measures"]]
-        few = sum((m[3] <= 1) if len(m) > 3 and m[3] is not None else m[1] in (None, 0.0) for m in measured)
-        ways = [sum(len(m) > 5 and m[5] == way for m in measured) for way in (OWN, FALLBACK, UNDECIDED)]
-        decided = " / ".join(map(str, ways)) if any(len(m) > 5 and m[5] is not None for m in measured) else "–"
-        last = mean([r["drift_guard"]["updates_per_rollout"][-1] for r in runs])
-        lines.append(
-            f"| {group} | `{method}` | {upr} | {rule} | {len(runs)} | {mean(list(by_seed.values())):.3f} | "
+def _guard_row(key: tuple, runs: list[dict], results: list[dict]) -> str:
+    """One row of :func:`guard_table`: a guard rule's runs of one method and regime against the unguarded ones."""
+    group, method, alpha, clip, upr, rule = key
+    plain = [r for r in results if group_of(r) == group and r["spec"]["method"] == method
+             and r["spec"].get("alpha") == alpha and json.dumps(r["spec"].get("clip")) == clip
+             and not r["spec"].get("options")]
+    near_upr = min((r["spec"]["upr"] for r in plain), default=upr)
+    by_seed = {r["spec"]["seed"]: r["final_sampled"] for r in runs}
+    same = {r["spec"]["seed"]: r for r in plain if r["spec"]["upr"] == upr}
+    near = {r["spec"]["seed"]: r["final_sampled"] for r in plain if r["spec"]["upr"] == near_upr}
+    steps = sum(r["spec"]["steps"] for r in runs)
+    rollouts = sum(len(r["drift_guard"]["updates_per_rollout"]) for r in runs)
+    taken = [n for r in runs for n in r["drift_guard"]["updates_per_rollout"]]
+    unguarded_same = [same[s] for s in sorted(same) if s in by_seed]
+    measured = [m for r in runs for m in r["drift_guard"]["measures"]]
+    few = sum((m[3] <= 1) if len(m) > 3 and m[3] is not None else m[1] in (None, 0.0) for m in measured)
+    ways = [sum(len(m) > 5 and m[5] == way for m in measured) for way in (OWN, FALLBACK, UNDECIDED)]
+    decided = " / ".join(map(str, ways)) if any(len(m) > 5 and m[5] is not None for m in measured) else "–"
+    last = mean([r["drift_guard"]["updates_per_rollout"][-1] for r in runs])
+    return (f"| {group} | `{method}` | {upr} | {rule} | {len(runs)} | {mean(list(by_seed.values())):.3f} | "
             f"{_difference(by_seed, {s: r['final_sampled'] for s, r in same.items()})} | "
             f"upr {near_upr}: {_difference(by_seed, near)} | "
             f"{sum(r['collapsed'] for r in runs)}/{len(runs)} / "
@@ -211,18 +217,27 @@ def guard_table(results: list[dict]) -> list[str]:
             f"{sum(r['drift_guard']['updates_applied'] for r in runs)}/{steps} | {mean(taken):.1f} | "
             f"{few}/{len(measured)} | {decided} | {last:.1f} | "
             f"{mean([r['seconds'] for r in runs]):.0f} / {mean([r['seconds'] for r in unguarded_same]):.0f} |")
-    lines.append("")
+
+
+def _guard_rules_table(arms: dict) -> list[str]:
+    """Each pair of guard rules run on the same method and regime, against each other by seed."""
     pairs = [(key, a, b) for key, rules in sorted(arms.items(), key=lambda kv: kv[0][:2] + kv[0][4:])
              for a, b in combinations(sorted(rules), 2) if rules[a].keys() & rules[b].keys()]
-    if pairs:
-        lines += ["Guard rules against each other (same method and regime, paired by seed; points, mean [95% "
-                  "interval]):", "", "| task | variant | upr | guard | - guard | difference | seeds |",
-                  "|---|---|---|---|---|---|---|"]
-        for key, a, b in pairs:
-            (group, method, _, _, upr), first, second = key, arms[key][a], arms[key][b]
-            lines.append(f"| {group} | `{method}` | {upr} | {a} | {b} | {_difference(first, second)} | "
-                         f"{len(first.keys() & second.keys())} |")
-        lines.append("")
+    if not pairs:
+        return []
+    lines = ["Guard rules against each other (same method and regime, paired by seed; points, mean [95% "
+             "interval]):", "", "| task | variant | upr | guard | - guard | difference | seeds |",
+             "|---|---|---|---|---|---|---|"]
+    for key, a, b in pairs:
+        (group, method, _, _, upr), first, second = key, arms[key][a], arms[key][b]
+        lines.append(f"| {group} | `{method}` | {upr} | {a} | {b} | {_difference(first, second)} | "
+                     f"{len(first.keys() & second.keys())} |")
+    return lines + [""]
+
+
+def _k3_lines(guarded: list[dict], results: list[dict]) -> list[str]:
+    """Per task with guarded runs, the k3 that goes with a bin-0 ratio std of 0.3 in its unguarded runs."""
+    lines = []
     for task in sorted({r["spec"]["task"] for r in guarded}):
         found = k3_at_ratio_std([r for r in results if r["spec"]["task"] == task])
         if found["runs"]:
@@ -230,7 +245,7 @@ def guard_table(results: list[dict]) -> list[str]:
                          "`study/drift.py::k3_at_ratio_std`): median {:.3f} over the {} unguarded runs at 16 updates "
                          "per rollout whose run-mean bin-0 std reaches 0.3 ({} never do), at the first update index "
                          "that does.".format(found["median"], len(found["runs"]), found["never"]))
-    return lines + [""]
+    return lines
 
 
 def overall_table(summary: dict) -> list[str]:

@@ -60,6 +60,9 @@ def write_report(path: str, script_args, training_args, model_name: str, before:
                                                       entries[-1]["step"] if entries else 0),
                   "Its decisions: " + decisions_text(training_args, [decided.count(way) for way in (OWN, FALLBACK,
                                                                                                      UNDECIDED)])]
+    if any((value or 0) > 1 for e in entries for key, value in e.items() if key.startswith("acpo/bin")
+           and key.endswith("/eps")):
+        lines += ["", LOWER_CLIP_VOID]
     last_eps = next((e for e in reversed(entries) if any(k.endswith("/eps") for k in e)), None)
     if last_eps:
         eps = {k: v for k, v in last_eps.items() if k.startswith("acpo/bin") and k.endswith("/eps")}
@@ -111,17 +114,23 @@ def acpo_card_section(args: ACPOConfig, task: str | None, guard: DriftGuard | No
     return "\n".join(lines) + "\n"
 
 
+# What a void lower clip means and what to do, for report.md and the docs (the console says one line).
+LOWER_CLIP_VOID = (
+    "ACPO's lower clip was void at some update: eps > 1 in a probability bin, so 1 - eps < 0 and only the dual clip "
+    "(dual_clip_c) bounds that bin's negative-advantage tokens. Where the ratio drifts this far, ACPO at alpha 3 "
+    "degraded most on the testbed (docs/RESULTS.md, \"The drift map\"): fewer updates per rollout, a lower learning "
+    "rate or acpo_clip_max < 1 (the authors' 0.5) keep it. The drift guard (drift_guard: ratio_std, "
+    "drift_guard_threshold: 0.3) stops a rollout's updates past that drift, but on SmolLM2-135M at such drift it ended "
+    "~50 points below 2 updates per rollout (docs/RESULTS.md, \"A drift guard\"): lower the drift rather than guard it."
+)
+
+
 def lower_clip_void_message(bins: list[int], eps: list[float], update: int, updates: int, step: int,
                             dual_clip_c: float | None) -> str:
-    """The once-per-run line for the first update at which ACPO's eps passes 1 in ``bins`` (its lower clip 1 - eps
-    is then below 0 and bounds nothing): which bins, at which update of a rollout, and what keeps the clip."""
-    bound = (f"only the dual-clip (c = {dual_clip_c:g}) bounds" if dual_clip_c is not None
-             else "nothing (dual_clip_c is None) bounds")
-    return (f"ACPO's lower clip is void: eps > 1 in probability bin(s) {', '.join(map(str, bins))} (eps "
-            f"{', '.join(f'{e:.2f}' for e in eps)}) at update {update} of {updates} of a rollout (optimizer step "
-            f"{step}), so 1 - eps < 0 and {bound} negative-advantage tokens there. Where the ratio drifts this far, "
-            "ACPO at alpha 3 degraded most on the testbed (docs/RESULTS.md, \"The drift map\"): fewer updates per "
-            "rollout, a lower learning rate or acpo_clip_max < 1 (the authors' 0.5) keep it. The drift guard "
-            "(drift_guard: ratio_std, drift_guard_threshold: 0.3) stops a rollout's updates past that drift, but "
-            "on SmolLM2-135M at such drift it ended ~50 points below 2 updates per rollout (docs/RESULTS.md, \"A "
-            "drift guard\"): lower the drift rather than guard it. Said once per run.")
+    """The once-per-run console line for the first update at which ACPO's eps passes 1 in ``bins`` (its lower clip
+    1 - eps is then below 0 and bounds nothing): which bins, at which update of a rollout, and where to read more
+    (``LOWER_CLIP_VOID``, in report.md)."""
+    bound = f"only the dual clip (c = {dual_clip_c:g})" if dual_clip_c is not None else "nothing (no dual clip)"
+    return (f"ACPO's lower clip is void: eps > 1 in bin(s) {', '.join(map(str, bins))} "
+            f"({', '.join(f'{e:.2f}' for e in eps)}) at update {update} of {updates} of a rollout (optimizer step "
+            f"{step}); {bound} bounds A < 0 tokens there (what to do: report.md, docs/RESULTS.md \"The drift map\").")
