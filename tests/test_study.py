@@ -87,14 +87,18 @@ def test_variants_paired_by_seed():
     results = [_result("add1", "acpo", upr, s, acc + (upr == 16) * 0.1) for s, acc in acpo.items() for upr in (2, 16)]
     results += [_result("add1", "dapo", upr, s, acc) for s, acc in dapo.items() for upr in (2, 16)]
     text = "\n".join(variant_pairs_table(summarize(results)))
-    assert "| add1 | 2 | `acpo` - `dapo` | +5.0 [+5.0, +5.0] | 4 | 5.0, 5.0, 5.0, 5.0 |" in text
-    assert "| add1 | 16 | `acpo` - `dapo` | +15.0 [+15.0, +15.0] | 4 | 15.0, 15.0, 15.0, 15.0 |" in text
-    assert "| add1 | 16 - 2 | `acpo` | +10.0 [+10.0, +10.0] | 4 | 10.0, 10.0, 10.0, 10.0 |" in text  # across regimes
-    assert "| add1 | 16 - 2 | `dapo` | +0.0 [+0.0, +0.0] | 4 |" in text
+    assert "| add1 | 2 | `acpo` - `dapo` | +5.0 [+5.0, +5.0] | [+5.0, +5.0] | 4 | 5.0, 5.0, 5.0, 5.0 |" in text
+    assert "| add1 | 16 | `acpo` - `dapo` | +15.0 [+15.0, +15.0] | [+15.0, +15.0] | 4 | 15.0, 15.0, 15.0, 15.0 |" in text
+    assert "| add1 | 16 - 2 | `acpo` | +10.0 [+10.0, +10.0] | [+10.0, +10.0] | 4 | 10.0, 10.0, 10.0, 10.0 |" in text
+    assert "| add1 | 16 - 2 | `dapo` | +0.0 [+0.0, +0.0] | [+0.0, +0.0] | 4 |" in text
+    assert "Comparisons per task (rows above): add1: 4." in text
     results = [r for r in results if not (r["variant"] == "dapo" and r["spec"]["seed"] == 1)]
     results += [_result("add1", "dapo", upr, 1, 0.40) for upr in (2, 16)]
     text = "\n".join(variant_pairs_table(summarize(results)))
     assert "| `acpo` - `dapo` | +2.5 [" in text and "| 4 | 5.0, -5.0, 5.0, 5.0 |" in text  # in seed order
+    # the paired t interval: mean 2.5, sd 5 over 4 seeds, t(3) = 3.182: 2.5 +- 3.182 x 5 / 2 = [-5.5, +10.5], wider
+    # than the bootstrap's [-2.5, +5.0], whose draws are means of the same four differences
+    assert "| `acpo` - `dapo` | +2.5 [-2.5, +5.0] | [-5.5, +10.5] | 4 |" in text
 
 
 def test_guard_table_pairs_guarded_runs_with_the_unguarded_ones():

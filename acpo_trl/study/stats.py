@@ -131,3 +131,26 @@ def clip_metric(runs: list[dict], sign: str) -> str:
     before the diagnostics had it recorded ACPO's rule's only."""
     own = any(f"clip_frac_{sign}" in r["diagnostics"]["bins"] for r in runs)
     return f"clip_frac_{sign}" if own else f"acpo_clip_frac_{sign}"
+
+
+# Student's t quantile 0.975 (a two-sided 95% interval) by degrees of freedom; past 30, 1.96 + 2.39 / df (within
+# 0.1% of the exact value at 40, 60 and 120).
+T_975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t_quantile_975(df: int) -> float:
+    """The 0.975 quantile of Student's t with ``df`` degrees of freedom."""
+    return T_975[df - 1] if df <= len(T_975) else 1.96 + 2.39 / df
+
+
+def t_interval(a: dict[int, float], b: dict[int, float]) -> tuple[float, float]:
+    """95% paired t interval of the mean difference a - b over the seeds both hold: mean(d) +- t_{0.975, n-1} sd(d) /
+    sqrt(n). At a handful of seeds the percentile bootstrap is too narrow (it draws from the n differences only and
+    ignores that their sd is itself estimated); the t interval accounts for that, under normal differences."""
+    diffs = [a[s] - b[s] for s in sorted(a.keys() & b.keys())]
+    if len(diffs) < 2:
+        return math.nan, math.nan
+    center, sd = mean_sd(diffs)
+    half = t_quantile_975(len(diffs) - 1) * sd / math.sqrt(len(diffs))
+    return center - half, center + half

@@ -21,7 +21,7 @@ from ..training.drift_guard import FALLBACK, OWN, UNDECIDED
 from .drift import k3_at_ratio_std
 from .mechanism import mechanism_table
 from .results import group_of
-from .stats import bin_mean, clip_metric, difference_interval, mean, summarize
+from .stats import bin_mean, clip_metric, difference_interval, mean, summarize, t_interval
 
 
 def _fmt(mean: float, sd: float, n: int) -> str:
@@ -31,36 +31,49 @@ def _fmt(mean: float, sd: float, n: int) -> str:
 def variant_pairs_table(summary: dict) -> list[str]:
     """Per task and regime, every pair of variants, then every variant against itself at the fewest updates per
     rollout: the mean difference of their final accuracy over the seeds both ran, in points, with its seed-paired 95%
-    bootstrap interval and each seed's own difference."""
+    bootstrap and t intervals and each seed's own difference; and how many comparisons the task's rows make."""
     lines = ["## Variants paired by seed", "",
              "Final sampled accuracy of the first variant minus the second's, in points (mean over the seeds both ran, "
              "each seed's two runs from the same model on the same prompts), with a 95% bootstrap interval "
-             "resampling seeds with their pair of runs, and the difference of each seed in seed order; then each "
-             "variant at more updates per rollout minus itself at the fewest (upr: more - fewest; the regimes sample "
-             "as many completions).", "",
-             "| task | upr | first - second | difference [95% CI] | seeds | per seed |", "|---|---|---|---|---|---|"]
+             "resampling seeds with their pair of runs and a 95% paired t interval (at a handful of seeds the "
+             "bootstrap is too narrow), and the difference of each seed in seed order; then each variant at more "
+             "updates per rollout minus itself at the fewest (upr: more - fewest; the regimes sample as many "
+             "completions). No interval is adjusted for the number of comparisons a task makes (its last line).", "",
+             "| task | upr | first - second | difference [95% bootstrap] | paired t [95%] | seeds | per seed |",
+             "|---|---|---|---|---|---|---|"]
 
     def row(task, upr, label, a, b):
         seeds = sorted(a.keys() & b.keys())
         if seeds:
             per_seed = [a[s] - b[s] for s in seeds]
-            lo, hi = difference_interval(a, b)
-            ci = "" if math.isnan(lo) else f" [{100 * lo:+.1f}, {100 * hi:+.1f}]"
-            lines.append(f"| {task} | {upr} | {label} | {100 * sum(per_seed) / len(seeds):+.1f}{ci} | {len(seeds)} | "
+            lines.append(f"| {task} | {upr} | {label} | {100 * sum(per_seed) / len(seeds):+.1f}"
+                         f"{_interval(difference_interval(a, b))} |{_interval(t_interval(a, b))} | {len(seeds)} | "
                          f"{', '.join(f'{100 * d:.1f}' for d in per_seed)} |")
+            return 1
+        return 0
 
+    counts = []
     for task, data in summary.items():
         variants, fewest = sorted(data["rows"]), min(data["uprs"])
         by_seed = {(v, upr): data["rows"][v]["regimes"][upr]["by_seed"] for v in variants for upr in data["uprs"]}
+        made = 0
         for upr in data["uprs"]:
             for i, first in enumerate(variants):
                 for second in variants[i + 1:]:
-                    row(task, upr, f"`{first}` - `{second}`", by_seed[(first, upr)], by_seed[(second, upr)])
+                    made += row(task, upr, f"`{first}` - `{second}`", by_seed[(first, upr)], by_seed[(second, upr)])
         for variant in variants:
             for upr in data["uprs"]:
                 if upr != fewest:
-                    row(task, f"{upr} - {fewest}", f"`{variant}`", by_seed[(variant, upr)], by_seed[(variant, fewest)])
-    return lines + [""]
+                    made += row(task, f"{upr} - {fewest}", f"`{variant}`", by_seed[(variant, upr)],
+                                by_seed[(variant, fewest)])
+        counts.append(f"{task}: {made}")
+    return lines + ["", "Comparisons per task (rows above): " + ", ".join(counts) + ".", ""]
+
+
+def _interval(bounds: tuple[float, float]) -> str:
+    """`` [lo, hi]`` in points, or nothing for an interval that one seed cannot give."""
+    lo, hi = bounds
+    return "" if math.isnan(lo) else f" [{100 * lo:+.1f}, {100 * hi:+.1f}]"
 
 
 def match_verdict(to_reference: tuple[float, float], to_baseline: tuple[float, float]) -> str:
@@ -439,6 +452,30 @@ def testbeds_table(results: list[dict]) -> list[str]:
                     if math.isfinite(drop):  # seeds of this variant in both regimes on this warm-up
                         parts.append(f"{digest}: {100 * drop:+.1f}% ({row['regimes'][far]['n']})")
                 lines.append(f"| {task} | `{variant}` | {' · '.join(parts) or '–'} |")
+    return lines + [""] + starts_table(results)
+
+
+def starts_table(results: list[dict]) -> list[str]:
+    """Per group, variant and regime: the seeds that started from each checkpoint (recipe cells that record one)
+    and the runs that resumed from a checkpoint after a session's end, with the steps they resumed at."""
+    cells: dict = defaultdict(list)
+    for r in results:
+        if r["spec"].get("recipe"):
+            cells[(group_of(r), r["variant"], r["spec"]["upr"])].append(r)
+    if not cells:
+        return []
+    lines = ["Each cell's starts and resumptions (the start: the digest of the checkpoint a run started from, "
+             "\"recipe\" where none was recorded; resumed: seed at steps):", "",
+             "| task | variant | upr | starts (seeds) | resumed |", "|---|---|---|---|---|"]
+    for (task, variant, upr), runs in sorted(cells.items()):
+        starts: dict = defaultdict(list)
+        for r in runs:
+            starts[r.get("warmup_digest") or "recipe"].append(r["spec"]["seed"])
+        resumed = [f"{r['spec']['seed']} at {', '.join(map(str, r['resumed_at']))}"
+                   for r in sorted(runs, key=lambda r: r["spec"]["seed"]) if r.get("resumed_at")]
+        lines.append(f"| {task} | `{variant}` | {upr} | "
+                     + "; ".join(f"{d}: {', '.join(map(str, sorted(seeds)))}" for d, seeds in sorted(starts.items()))
+                     + f" | {'; '.join(resumed) or '–'} |")
     return lines + [""]
 
 
