@@ -1058,3 +1058,37 @@ def test_the_committed_grids_train_the_clips_their_runs_used(tmp_path):
     testbed = {s.method: s for s in build_grid(tasks=("add1",), seeds=(0,), uprs=(2,), alphas=())}
     for method in ("dapo", "high_entropy", "low_entropy"):
         assert testbed[method].config_overrides() == {"epsilon_high": 0.3}
+
+
+@pytest.mark.slow
+def test_the_coupling_measurement_spreads_paired_differences_of_kept_models(tmp_path, tiny_dir, capsys):
+    """`acpo-study coupling` evaluates each kept model twice with today's sampler (its seed, and another) and takes
+    the coupled draw from the run's own evaluation, then gives each scheme's spread of the paired differences."""
+    import shutil
+
+    from acpo_trl.study.cli import main
+
+    recipe = toy_recipe(tmp_path, tiny_dir, num_eval_tasks=4)
+    out = tmp_path / "grid"
+    for method in ("acpo", "unclipped"):
+        for seed in (0, 1):
+            run_id = f"toy_recipe/{method}/upr2/seed{seed}"
+            (out / "runs" / run_id).mkdir(parents=True)
+            result = {"run_id": run_id, "variant": method, "spec": {"method": method, "seed": seed, "upr": 2,
+                                                                     "recipe": str(recipe), "task": "toy_recipe"},
+                      "correct": {"before": [0, 1, 2, 0], "after": [seed, 2, 1, int(method == "acpo")]}}
+            (out / "runs" / run_id / "result.json").write_text(json.dumps(result))
+            shutil.copytree(tiny_dir, out / "models" / run_id)
+    assert main(["coupling", "--out", str(out), "--pairs", "acpo:unclipped", "--limit", "4"]) == 0
+    table = (out / "coupling.md").read_text()
+    for scheme in ("independent", "per batch", "coupled"):
+        assert f"| `acpo` - `unclipped` | 2 | {scheme} |" in table
+    # the coupled differences come from the runs' own counts: seed 0 (0+2+1+1) - (0+2+1+0), seed 1 likewise: +1/8
+    assert "| coupled | +12.50 | 0.00 |" in table
+    stored = json.loads((out / "coupling.json").read_text())
+    assert stored["k"] == 2 and len(stored["models"]) == 4
+    # identical models at the same seed draw the same samples: today's per-batch differences are 0
+    assert "| per batch | +0.00 | 0.00 |" in table
+    capsys.readouterr()
+    assert main(["coupling", "--out", str(out), "--pairs", "acpo:unclipped", "--limit", "4"]) == 0  # resumable
+    assert "8 evaluations, 8 already done, 0 to run" in capsys.readouterr().out

@@ -66,6 +66,7 @@ from .grids import (ALPHAS, DRIFT_LEVELS, DRIFT_VARIANTS, LONG_TASK_SECONDS, LON
                     alternatives_grid, build_grid, drift_grid, estimate_recipe_seconds, estimate_seconds, guard_grid,
                     is_near_reference, long_task_cell, long_task_grid, measured_seconds, quick_grid, real_model_grid,
                     second_task_grid)
+from .coupling import measure as measure_coupling
 from .results import group_of, is_done, load_results
 from .runner import block, check_reproduces, open_blocks, run_grid, work
 from .testbed import RunSpec, pin_cpu_kernels
@@ -329,6 +330,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rollout", type=argument(int, AT_LEAST_ONE), default=None,
                    help="completions per rollout, in mini-batches of rollout / upr (default: the recipe's mini-batch)")
     p.add_argument("--seed", type=argument(int, NON_NEGATIVE), default=0)
+    p = sub.add_parser("coupling", help="what the coupled evaluation gains: paired-difference spreads on kept models")
+    p.add_argument("--out", type=Path, default=Path("study/alternatives"), help="a grid's folder with models/")
+    p.add_argument("--pairs", nargs="+", default=["acpo:unclipped", "acpo:dapo"],
+                   help="variant pairs FIRST:SECOND paired by seed (default acpo:unclipped acpo:dapo)")
+    p.add_argument("--limit", type=argument(int, AT_LEAST_ONE), default=100, help="the first N held-out problems")
+    p.add_argument("--jobs", type=argument(int, AT_LEAST_ONE), default=2, help="evaluations at a time")
     p = sub.add_parser("_work", help=argparse.SUPPRESS)
     p.add_argument("queue", type=Path)
     p.add_argument("--out", type=Path, required=True)
@@ -379,6 +386,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.beside is not None and not (args.beside / "runs").is_dir():
             raise UserError(f"--beside {args.beside}: no runs", "give the folder of another study, e.g. study/drift")
         print(report(args.out, args.plots, args.beside))
+        return 0
+    if args.command == "coupling":
+        pairs = [tuple(pair.split(":")) for pair in args.pairs]
+        if any(len(pair) != 2 or not all(pair) for pair in pairs):
+            raise UserError(f"--pairs {' '.join(args.pairs)}: give each pair as FIRST:SECOND", "e.g. acpo:unclipped")
+        with user_input(ValueError):
+            print(measure_coupling(args.out, pairs, args.limit, args.jobs, log=lambda m: print(m, flush=True)))
         return 0
     if args.command == "drift":
         from .drift import measure
