@@ -35,6 +35,9 @@
     acpo-study plan [--quick|--pilot|--drift|--real-model|--ablation|--guard|--second-task|--long-task|--alternatives]
                                          the runs it would do and their estimated time, without running them
     acpo-study report --out DIR          table.md, learning curves and diagnostics PNGs from finished runs
+    acpo-study pack --out DIR            pack DIR's finished run folders into DIR/runs.jsonl.gz (pack.py), which
+                                         report and run read as they read the folders
+    acpo-study show --out DIR RUN_ID     print a run's result.json (--file: another of its files), packed or not
     acpo-study drift --lrs 1e-6 1e-5 --out DIR
                                          measure a real model's drift per update index and bin (default: the offline
                                          SmolLM2 on addition, 16 updates per rollout): drift.json, drift.md, drift.png
@@ -67,7 +70,8 @@ from .grids import (ALPHAS, DRIFT_LEVELS, DRIFT_VARIANTS, LONG_TASK_SECONDS, LON
                     is_near_reference, long_task_cell, long_task_grid, measured_seconds, quick_grid, real_model_grid,
                     second_task_grid)
 from .coupling import measure as measure_coupling
-from .results import group_of, is_done, load_results
+from .pack import PACK, pack, run_file
+from .results import group_of, has_runs, is_done, load_results
 from .runner import block, check_reproduces, open_blocks, run_grid, work
 from .testbed import RunSpec, pin_cpu_kernels
 
@@ -321,6 +325,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plots", choices=("none", "some", "all"), default="some")
     p.add_argument("--beside", type=Path, default=None,
                    help="another study's folder whose drift map is drawn behind this one's (e.g. study/drift)")
+    p = sub.add_parser("pack", help=f"pack a grid's finished run folders into OUT/{PACK}")
+    p.add_argument("--out", type=Path, required=True, help="the grid's folder (that `acpo-study run --out` wrote)")
+    p = sub.add_parser("show", help="print one file of a run, from its folder or the grid's pack")
+    p.add_argument("--out", type=Path, required=True, help="the grid's folder")
+    p.add_argument("run", help="the run id, its folder under OUT/runs/ (e.g. add1/acpo/upr16/seed0)")
+    p.add_argument("--file", default="result.json", help="which of the run's files (default result.json)")
     p = sub.add_parser("drift", help="measure a real model's off-policy drift per update index and bin")
     p.add_argument("--lrs", nargs="+", type=argument(float, POSITIVE), required=True, help="learning rates to measure")
     p.add_argument("--out", type=Path, default=Path("study/drift/drift_smollm2"))
@@ -380,10 +390,12 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(1)
         work(args.queue, args.out, args.cache, args.session, log=lambda m: print(m, flush=True))
         return 0
+    if args.command in ("pack", "show"):
+        return _pack_or_show(args)
     if args.command == "report":
-        if not (args.out / "runs").is_dir():
+        if not has_runs(args.out):
             raise UserError(f"--out {args.out}: no runs", "give the folder that `acpo-study run --out` wrote")
-        if args.beside is not None and not (args.beside / "runs").is_dir():
+        if args.beside is not None and not has_runs(args.beside):
             raise UserError(f"--beside {args.beside}: no runs", "give the folder of another study, e.g. study/drift")
         print(report(args.out, args.plots, args.beside))
         return 0
@@ -480,6 +492,21 @@ def _run(args, specs: list, todo: list, cache: Path) -> int:
     if not args.no_report:
         print(report(args.out, args.plots))
     return 1 if failed or left else 0
+
+
+def _pack_or_show(args) -> int:
+    """``pack``: pack the finished runs of ``--out`` (refused while a grid runs into it); ``show``: print a file of
+    one run."""
+    if args.command == "show":
+        text = run_file(args.out, args.run.strip("/"), args.file)
+        print(text, end="" if text.endswith("\n") else "\n")
+        return 0
+    if not has_runs(args.out):
+        raise UserError(f"--out {args.out}: no runs", "give the folder that `acpo-study run --out` wrote")
+    with claimed(args.out, "acpo-study", field="--out"):
+        packed, total = pack(args.out)
+    print(f"{args.out / PACK}: {packed} run folder(s) packed, {total} runs in the pack")
+    return 0
 
 
 def _blocks(blocks: list[tuple[str, int]]) -> str:

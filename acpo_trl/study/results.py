@@ -1,5 +1,5 @@
 """A finished study run as ``result.json`` (written last and atomically), shared by the testbed runs and the recipe
-runs so that one table reads both; and reading results back."""
+runs so that one table reads both; and reading results back, from the run folders and the grid's pack alike."""
 
 from __future__ import annotations
 
@@ -8,6 +8,8 @@ import math
 import os
 import time
 from pathlib import Path
+
+from .pack import PACK, packed_ids, read_pack, run_file, run_order
 
 
 def collapsed(rewards: list[tuple[int, float]], steps: int, tail: float = 0.2) -> bool:
@@ -135,8 +137,9 @@ def _is_update_index(part: str) -> bool:
 
 
 def is_done(spec, out_dir: str | Path) -> bool:
-    """Whether the cell ``spec`` has its ``result.json`` under ``out_dir``."""
-    return (Path(out_dir) / "runs" / spec.run_id / "result.json").exists()
+    """Whether the cell ``spec`` is finished under ``out_dir``: its folder has ``result.json``, or the grid's pack
+    holds it (pack.py)."""
+    return (Path(out_dir) / "runs" / spec.run_id / "result.json").exists() or spec.run_id in packed_ids(out_dir)
 
 
 def clip_free(result: dict) -> bool | None:
@@ -147,9 +150,30 @@ def clip_free(result: dict) -> bool | None:
     return None if not moved else all(value == 0 for value in moved.values())
 
 
+def finished_runs(out_dir: str | Path) -> dict[str, dict]:
+    """Every finished run's result under ``out_dir`` by run id, in the order of the runs' folders: the packed runs
+    (pack.py) and the folders under ``out_dir/runs`` with a ``result.json``. A folder wins over the packed run of
+    its id, as packing again would have it (a run put back in its folder by hand, or rerun)."""
+    runs = {run_id: record["result.json"] for run_id, record in read_pack(out_dir).items()}
+    root = Path(out_dir) / "runs"
+    runs.update({path.parent.relative_to(root).as_posix(): json.loads(path.read_text())
+                 for path in root.glob("**/result.json")})
+    return {run_id: runs[run_id] for run_id in sorted(runs, key=run_order)}
+
+
 def load_results(out_dir: str | Path) -> list[dict]:
-    """Every finished run's result under ``out_dir/runs``."""
-    return [json.loads(p.read_text()) for p in sorted(Path(out_dir).glob("runs/**/result.json"))]
+    """Every finished run's result under ``out_dir``, packed or in its folder (:func:`finished_runs`)."""
+    return list(finished_runs(out_dir).values())
+
+
+def read_result(out_dir: str | Path, run_id: str) -> dict:
+    """One finished run's result, from its folder or the pack."""
+    return json.loads(run_file(out_dir, run_id))
+
+
+def has_runs(out_dir: str | Path) -> bool:
+    """Whether ``out_dir`` is a grid's folder: it has run folders or a pack."""
+    return (Path(out_dir) / "runs").is_dir() or (Path(out_dir) / PACK).is_file()
 
 
 def group_of(result: dict) -> str:

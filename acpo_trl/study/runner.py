@@ -4,8 +4,8 @@ finished cells of the same kind would overfill the memory (:func:`next_spec`).
 
 A run writes ``<out>/runs/<run_id>/``: ``spec.json``, ``metrics.jsonl`` (every training log entry, with the
 diagnostics), ``log.txt`` and, LAST, ``result.json`` (written atomically). A run with a ``result.json`` is
-finished and skipped; any other run directory is rerun from scratch, so an interrupted grid only loses the runs
-that were in flight.
+finished and skipped, and so is a run packed into ``<out>/runs.jsonl.gz`` (pack.py); any other run directory is rerun
+from scratch, so an interrupted grid only loses the runs that were in flight.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .recipe import RecipeRunSpec
-from .results import is_done, load_results
+from .results import finished_runs, is_done, load_results, read_result
 from .testbed import CPU_KERNELS, RunSpec, cpu_kernels, pin_cpu_kernels
 
 
@@ -192,7 +192,7 @@ def check_reproduces(specs: list, out_dir: str | Path, cache_dir: str | Path, lo
     if not done:
         return None
     spec = min(done, key=lambda s: (s.steps * max(s.upr, 1), s.run_id))
-    stored = json.loads((out_dir / "runs" / spec.run_id / "result.json").read_text())
+    stored = read_result(out_dir, spec.run_id)
     log(f"checking that this machine reproduces {spec.run_id} ({spec.steps} steps) before resuming")
     with tempfile.TemporaryDirectory() as tmp:
         if run_grid([spec], tmp, cache_dir, jobs=1, log=lambda m: None):
@@ -217,11 +217,7 @@ def open_blocks(specs: list, out_dir: str | Path, warmup_digest: str) -> tuple[l
     """For a machine that does not reproduce the finished runs: (the specs it may run, the blocks it must leave).
     It may run the blocks that have no finished run yet and those whose finished runs all started from its own
     warm-up (``warmup_digest``; a run finished before warm-ups were recorded counts as another testbed's)."""
-    out_dir = Path(out_dir)
-    closed = set()
-    for spec in specs:
-        if is_done(spec, out_dir):
-            result = json.loads((out_dir / "runs" / spec.run_id / "result.json").read_text())
-            if result.get("warmup_digest") != warmup_digest:
-                closed.add(block(spec))
+    finished = finished_runs(out_dir)
+    closed = {block(spec) for spec in specs
+              if spec.run_id in finished and finished[spec.run_id].get("warmup_digest") != warmup_digest}
     return [s for s in specs if block(s) not in closed], sorted(closed)
