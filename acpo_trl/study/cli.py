@@ -269,57 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = ArgumentParser(prog="acpo-study", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
     for name in ("run", "plan"):
-        p = sub.add_parser(name)
-        p.add_argument("--out", type=Path, default=None,
-                       help="default study/ (with --drift: study/drift/, with --real-model, --ablation, --guard, --second-task "
-                            "or --alternatives --levels a: study/smollm2/, with --long-task: study/running_sum/, with "
-                            "--alternatives: study/alternatives/)")
-        p.add_argument("--cache", type=Path, default=None, help="warm-up cache (default: OUT/warmups)")
-        mode = p.add_mutually_exclusive_group()
-        mode.add_argument("--quick", action="store_true")
-        mode.add_argument("--pilot", action="store_true")
-        mode.add_argument("--drift", action="store_true", help="the drift grid (learning rate as the drift axis)")
-        mode.add_argument("--real-model", action="store_true",
-                          help="the real-model grid (SmolLM2-135M-Instruct on CPU, two drift levels)")
-        mode.add_argument("--second-task", action="store_true",
-                          help="the real-model grid's level b on single-digit multiplication")
-        mode.add_argument("--long-task", action="store_true",
-                          help="where bins can matter: running sums worked step by step, level b, 8 rollouts per run")
-        mode.add_argument("--alternatives", action="store_true",
-                          help="against what a TRL user would otherwise pick: GSPO, SAPO, TRL's CISPO, DCPO and no clip "
-                               "beside ACPO (the long task; --levels a: the addition's level a)")
-        mode.add_argument("--guard", action="store_true",
-                          help="the drift guard on the real model (levels b, a; --levels b: one)")
-        mode.add_argument("--ablation", action="store_true",
-                          help="why ACPO wins: the real-model grid's level b with H1/H2/H3 variants (--seeds: upr 16)")
-        p.add_argument("--jobs", type=argument(int, NON_NEGATIVE), default=None,
-                       help="worker processes (0: run in this process; default 2 on the testbed, 1 with --recipe)")
-        p.add_argument("--recipe", type=Path, default=None,
-                       help="an acpo-train YAML: each cell is an acpo-train run of it (real model, GPU)")
-        p.add_argument("--launcher", default=None,
-                       help="--recipe: the command that runs acpo-train (default: python -m acpo_trl.train)")
-        p.add_argument("--eval-steps", type=argument(int, AT_LEAST_ONE), default=50,
-                       help="--recipe: held-out evaluation every N steps")
-        p.add_argument("--tasks", nargs="+", default=None)
-        p.add_argument("--levels", nargs="+", default=None,
-                       help=f"--drift: drift levels ({', '.join(level.name for level in DRIFT_LEVELS)}); --real-model: "
-                            f"{', '.join(level.name for level in REAL_MODEL_LEVELS)} (default all)")
-        p.add_argument("--measures", nargs="+", choices=("ratio_std", "kl"), default=None,
-                       help="--guard: the guard's measures (default both; kl runs at level a)")
-        p.add_argument("--methods", nargs="+", default=None,
-                       help=f"policy losses (default {' '.join(PAPER_METHODS)}; 'all': every registered one), or the "
-                            "study's names: dapo and the entropy methods at the ACPO authors' clip 0.2 / 0.3, gspo "
-                            "(ppo_clip at sequence level, TRL's 3e-4 / 4e-4), cispo (masked_cispo)")
-        p.add_argument("--uprs", nargs="+", type=argument(int, AT_LEAST_ONE), default=None)
-        p.add_argument("--seeds", type=argument(int, AT_LEAST_ONE), default=None, help="number of seeds (0..N-1)")
-        p.add_argument("--alphas", nargs="*", type=argument(float, NON_NEGATIVE), default=None,
-                       help="ACPO alpha sweep besides 3.0")
-        p.add_argument("--steps", type=argument(int, AT_LEAST_ONE), default=None,
-                       help="RL optimizer steps per run (default 200)")
-        p.add_argument("--no-report", action="store_true")
-        p.add_argument("--no-check", action="store_true",
-                       help="resume without first checking that this machine reproduces a finished run")
-        p.add_argument("--plots", choices=("none", "some", "all"), default="some")
+        _add_grid_arguments(sub.add_parser(name))
     p = sub.add_parser("report")
     p.add_argument("--out", type=Path, default=Path("study"))
     p.add_argument("--plots", choices=("none", "some", "all"), default="some")
@@ -354,6 +304,60 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _add_grid_arguments(p: argparse.ArgumentParser) -> None:
+    """``run`` and ``plan``: which grid, where, and how many jobs."""
+    p.add_argument("--out", type=Path, default=None,
+                   help="default study/ (with --drift: study/drift/, with --real-model, --ablation, --guard, --second-task "
+                        "or --alternatives --levels a: study/smollm2/, with --long-task: study/running_sum/, with "
+                        "--alternatives: study/alternatives/)")
+    p.add_argument("--cache", type=Path, default=None, help="warm-up cache (default: OUT/warmups)")
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--quick", action="store_true")
+    mode.add_argument("--pilot", action="store_true")
+    mode.add_argument("--drift", action="store_true", help="the drift grid (learning rate as the drift axis)")
+    mode.add_argument("--real-model", action="store_true",
+                      help="the real-model grid (SmolLM2-135M-Instruct on CPU, two drift levels)")
+    mode.add_argument("--second-task", action="store_true",
+                      help="the real-model grid's level b on single-digit multiplication")
+    mode.add_argument("--long-task", action="store_true",
+                      help="where bins can matter: running sums worked step by step, level b, 8 rollouts per run")
+    mode.add_argument("--alternatives", action="store_true",
+                      help="against what a TRL user would otherwise pick: GSPO, SAPO, TRL's CISPO, DCPO and no clip "
+                           "beside ACPO (the long task; --levels a: the addition's level a)")
+    mode.add_argument("--guard", action="store_true",
+                      help="the drift guard on the real model (levels b, a; --levels b: one)")
+    mode.add_argument("--ablation", action="store_true",
+                      help="why ACPO wins: the real-model grid's level b with H1/H2/H3 variants (--seeds: upr 16)")
+    p.add_argument("--jobs", type=argument(int, NON_NEGATIVE), default=None,
+                   help="worker processes (0: run in this process; default 2 on the testbed, 1 with --recipe)")
+    p.add_argument("--recipe", type=Path, default=None,
+                   help="an acpo-train YAML: each cell is an acpo-train run of it (real model, GPU)")
+    p.add_argument("--launcher", default=None,
+                   help="--recipe: the command that runs acpo-train (default: python -m acpo_trl.train)")
+    p.add_argument("--eval-steps", type=argument(int, AT_LEAST_ONE), default=50,
+                   help="--recipe: held-out evaluation every N steps")
+    p.add_argument("--tasks", nargs="+", default=None)
+    p.add_argument("--levels", nargs="+", default=None,
+                   help=f"--drift: drift levels ({', '.join(level.name for level in DRIFT_LEVELS)}); --real-model: "
+                        f"{', '.join(level.name for level in REAL_MODEL_LEVELS)} (default all)")
+    p.add_argument("--measures", nargs="+", choices=("ratio_std", "kl"), default=None,
+                   help="--guard: the guard's measures (default both; kl runs at level a)")
+    p.add_argument("--methods", nargs="+", default=None,
+                   help=f"policy losses (default {' '.join(PAPER_METHODS)}; 'all': every registered one), or the "
+                        "study's names: dapo and the entropy methods at the ACPO authors' clip 0.2 / 0.3, gspo "
+                        "(ppo_clip at sequence level, TRL's 3e-4 / 4e-4), cispo (masked_cispo)")
+    p.add_argument("--uprs", nargs="+", type=argument(int, AT_LEAST_ONE), default=None)
+    p.add_argument("--seeds", type=argument(int, AT_LEAST_ONE), default=None, help="number of seeds (0..N-1)")
+    p.add_argument("--alphas", nargs="*", type=argument(float, NON_NEGATIVE), default=None,
+                   help="ACPO alpha sweep besides 3.0")
+    p.add_argument("--steps", type=argument(int, AT_LEAST_ONE), default=None,
+                   help="RL optimizer steps per run (default 200)")
+    p.add_argument("--no-report", action="store_true")
+    p.add_argument("--no-check", action="store_true",
+                   help="resume without first checking that this machine reproduces a finished run")
+    p.add_argument("--plots", choices=("none", "some", "all"), default="some")
+
+
 def _check_args(args) -> None:
     """Unknown --methods / --tasks or a missing --recipe fail before the grid starts, not in each of its runs."""
     from ..losses import POLICY_LOSSES
@@ -385,43 +389,17 @@ def main(argv: list[str] | None = None) -> int:
 
     args = build_parser().parse_args(argv)
     if args.command == "_work":
-        import torch
+        import torch  # deferred: torch, in the worker only
 
         torch.set_num_threads(1)
         work(args.queue, args.out, args.cache, args.session, log=lambda m: print(m, flush=True))
         return 0
     if args.command in ("pack", "show"):
         return _pack_or_show(args)
-    if args.command == "report":
-        if not has_runs(args.out):
-            raise UserError(f"--out {args.out}: no runs", "give the folder that `acpo-study run --out` wrote")
-        if args.beside is not None and not has_runs(args.beside):
-            raise UserError(f"--beside {args.beside}: no runs", "give the folder of another study, e.g. study/drift")
-        print(report(args.out, args.plots, args.beside))
-        return 0
-    if args.command == "coupling":
-        pairs = [tuple(pair.split(":")) for pair in args.pairs]
-        if any(len(pair) != 2 or not all(pair) for pair in pairs):
-            raise UserError(f"--pairs {' '.join(args.pairs)}: give each pair as FIRST:SECOND", "e.g. acpo:unclipped")
-        with user_input(ValueError):
-            print(measure_coupling(args.out, pairs, args.limit, args.jobs, log=lambda m: print(m, flush=True)))
-        return 0
-    if args.command == "drift":
-        from .drift import measure
-
-        if args.config is not None and not Path(args.config).is_file():
-            raise UserError(f"--config {args.config}: no such file", "give an acpo-train YAML recipe, e.g. from configs/")
-        with claimed(args.out, "acpo-study", field="--out"):
-            measure(args.lrs, args.out, recipe=args.config, upr=args.upr, rollouts=args.rollouts, seed=args.seed,
-                    rollout=args.rollout)
-        print((args.out / "drift.md").read_text())
-        return 0
+    if args.command in ("report", "coupling", "drift"):
+        return _measure(args)
     if args.out is None:
-        alternatives_a = args.alternatives and args.levels == ["a"]
-        args.out = (Path("study/drift") if args.drift else
-                    Path("study/smollm2") if args.real_model or args.ablation or args.guard or args.second_task
-                    or alternatives_a else Path("study/running_sum") if args.long_task
-                    else Path("study/alternatives") if args.alternatives else Path("study"))
+        args.out = _default_out(args)
     _check_args(args)
     with user_input(ValueError), user_input(yaml.YAMLError, fix=f"fix the YAML syntax of --recipe {args.recipe}"):
         specs = _specs(args)
@@ -438,6 +416,55 @@ def main(argv: list[str] | None = None) -> int:
         warmups = " (+ warm-ups, ~3-5 min each)" if all(isinstance(s, RunSpec) for s in specs) else ""
         print(f"{len(specs)} runs ({len(todo)} to do); estimated {estimate / 3600:.2f} h with {args.jobs} jobs"
               f"{warmups}", flush=True)
+    _plan_notes(args, todo)
+    if args.command == "plan":
+        return 0
+    # One grid session per folder: a session's claims on cells do not see another's (runner._claim).
+    with claimed(args.out, "acpo-study", field="--out"):
+        return _run(args, specs, todo, cache)
+
+
+def _measure(args) -> int:
+    """``report``, ``coupling`` and ``drift``: what a grid's runs, or a drift measurement, say."""
+    if args.command == "report":
+        if not has_runs(args.out):
+            raise UserError(f"--out {args.out}: no runs", "give the folder that `acpo-study run --out` wrote")
+        if args.beside is not None and not has_runs(args.beside):
+            raise UserError(f"--beside {args.beside}: no runs", "give the folder of another study, e.g. study/drift")
+        print(report(args.out, args.plots, args.beside))
+    elif args.command == "coupling":
+        pairs = [tuple(pair.split(":")) for pair in args.pairs]
+        if any(len(pair) != 2 or not all(pair) for pair in pairs):
+            raise UserError(f"--pairs {' '.join(args.pairs)}: give each pair as FIRST:SECOND", "e.g. acpo:unclipped")
+        with user_input(ValueError):
+            print(measure_coupling(args.out, pairs, args.limit, args.jobs, log=lambda m: print(m, flush=True)))
+    else:
+        from .drift import measure  # deferred: TRL, which the drift measurement trains with
+
+        if args.config is not None and not Path(args.config).is_file():
+            raise UserError(f"--config {args.config}: no such file", "give an acpo-train YAML recipe, e.g. from configs/")
+        with claimed(args.out, "acpo-study", field="--out"):
+            measure(args.lrs, args.out, recipe=args.config, upr=args.upr, rollouts=args.rollouts, seed=args.seed,
+                    rollout=args.rollout)
+        print((args.out / "drift.md").read_text())
+    return 0
+
+
+def _default_out(args) -> Path:
+    """The folder a grid writes to unless ``--out`` names one: where its committed runs are."""
+    if args.drift:
+        return Path("study/drift")
+    if args.real_model or args.ablation or args.guard or args.second_task or (args.alternatives
+                                                                             and args.levels == ["a"]):
+        return Path("study/smollm2")
+    if args.long_task:
+        return Path("study/running_sum")
+    return Path("study/alternatives") if args.alternatives else Path("study")
+
+
+def _plan_notes(args, todo: list) -> None:
+    """What the estimate leaves out: the cells a grid decides while it runs (the second task's and the long task's
+    cells at 2 updates per rollout)."""
     if args.second_task:
         part1 = ablation_grid()
         unfinished = [s for s in part1 if not is_done(s, args.out)]
@@ -460,11 +487,6 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  and up to {len(dapo)} runs of dapo at upr 2, {estimate_recipe_seconds(dapo, LONG_TASK_SECONDS, args.jobs) / 3600:.2f} "
                   "h, for the seeds whose ACPO alpha 3 run there moves a token outside [0.8, 1.2] (DAPO's clip could "
                   "bind; docs/RESULTS.md, \"A task with long, worked completions\")", flush=True)
-    if args.command == "plan":
-        return 0
-    # One grid session per folder: a session's claims on cells do not see another's (runner._claim).
-    with claimed(args.out, "acpo-study", field="--out"):
-        return _run(args, specs, todo, cache)
 
 
 def _run(args, specs: list, todo: list, cache: Path) -> int:
