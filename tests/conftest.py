@@ -60,3 +60,22 @@ def trainer_kwargs(tmp_path, **overrides):
     )
     kwargs.update(overrides)
     return kwargs
+
+
+def write_toy_recipe(folder, tiny_dir: str, **overrides) -> str:
+    """An acpo-train recipe of the tiny local model on the toy task (CPU, 4 steps, 2 updates per rollout), with
+    ``overrides``, written to ``folder/recipe.yaml``; returns its path."""
+    import yaml
+    from pathlib import Path
+
+    config = {
+        "model_name_or_path": tiny_dir, "task": "toy", "num_train_tasks": 64, "num_eval_tasks": 4, "eval_k": 2,
+        "output_dir": str(Path(folder) / "out"), "use_cpu": True, "bf16": False, "per_device_train_batch_size": 8,
+        "num_generations": 4, "steps_per_generation": 2, "max_completion_length": 8, "learning_rate": 0.01,
+        "max_steps": 4, "logging_steps": 1, "save_strategy": "no", "report_to": "none", "seed": 0,
+        "disable_tqdm": True, **overrides,
+    }  # fmt: skip
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    path = Path(folder) / "recipe.yaml"
+    path.write_text(yaml.safe_dump(config))
+    return str(path)

@@ -29,6 +29,7 @@ from types import SimpleNamespace
 
 import pytest
 import yaml
+from conftest import write_toy_recipe
 
 REPO = Path(__file__).resolve().parents[1]
 ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
@@ -36,21 +37,6 @@ ENV = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", 
 TIMEOUT_S = 300
 # 4 optimizer updates per rollout, so that a stop after most steps is a stop within a rollout.
 STOP = {"max_steps": 10, "steps_per_generation": 4, "report": True}
-
-
-def write_recipe(folder: Path, tiny_dir: str, **overrides) -> str:
-    config = {
-        "model_name_or_path": tiny_dir, "task": "toy", "num_train_tasks": 64, "num_eval_tasks": 4, "eval_k": 2,
-        "output_dir": str(folder / "out"), "use_cpu": True, "bf16": False, "per_device_train_batch_size": 8,
-        "num_generations": 4, "steps_per_generation": 2, "max_completion_length": 8, "learning_rate": 0.01,
-        "max_steps": 4, "logging_steps": 1, "save_strategy": "no", "report_to": "none", "seed": 0,
-        "disable_tqdm": True,
-    }
-    config.update(overrides)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / "recipe.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return str(path)
 
 
 def acpo_train(*args: str) -> list[str]:
@@ -96,7 +82,7 @@ def test_a_folder_without_room_is_refused_before_training(tmp_path, tiny_dir, mo
     monkeypatch.setattr(shutil, "disk_usage", lambda path: usage._replace(free=2_000_000))
     trained = []
     monkeypatch.setattr(ACPOTrainer, "train", lambda self, *args, **kwargs: trained.append(self.state.global_step))
-    config = write_recipe(tmp_path, tiny_dir, save_strategy="steps", save_steps=2)
+    config = write_toy_recipe(tmp_path, tiny_dir, save_strategy="steps", save_steps=2)
     out = tmp_path / "out"
     with pytest.raises(SystemExit) as end:
         train_module.main(["--config", config])
@@ -117,7 +103,7 @@ def test_a_write_that_fails_loses_only_the_model_and_says_so_in_one_line(tmp_pat
     and nothing half-written is left. An earlier run's model in the folder stays as it was."""
     import resource
 
-    config = write_recipe(tmp_path, tiny_dir, report=True, max_steps=2)
+    config = write_toy_recipe(tmp_path, tiny_dir, report=True, max_steps=2)
     out = tmp_path / "out"
     out.mkdir()
     (out / "model.safetensors").write_bytes(b"an earlier run's model")
@@ -253,7 +239,7 @@ def stopped(tmp_path_factory, tiny_dir):
     """A real ``acpo-train`` run (A) frozen with SIGSTOP once it holds its folder, while a second run (B) into the same
     folder starts and is refused; then let go, and sent SIGTERM once it has logged its first step."""
     work = tmp_path_factory.mktemp("stopped")
-    config = write_recipe(work, tiny_dir, **STOP)
+    config = write_toy_recipe(work, tiny_dir, **STOP)
     out = work / "out"
     log = work / "a.log"
     with open(log, "w") as sink:

@@ -8,24 +8,10 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import yaml
 
-from conftest import trainer_kwargs
+from conftest import trainer_kwargs, write_toy_recipe
 
 
-def recipe(tmp_path, tiny_dir, **overrides):
-    config = {
-        "model_name_or_path": tiny_dir, "task": "toy", "num_train_tasks": 64, "num_eval_tasks": 4, "eval_k": 2,
-        "output_dir": str(tmp_path / "out"), "use_cpu": True, "bf16": False, "per_device_train_batch_size": 8,
-        "num_generations": 4, "steps_per_generation": 2, "max_completion_length": 8, "learning_rate": 0.01,
-        "max_steps": 4, "logging_steps": 1, "save_strategy": "no", "report_to": "none", "seed": 0,
-        "disable_tqdm": True,
-    }
-    config.update(overrides)
-    tmp_path.mkdir(parents=True, exist_ok=True)
-    path = tmp_path / "recipe.yaml"
-    path.write_text(yaml.safe_dump(config))
-    return str(path)
 
 
 def train(path, *extra, callbacks=None):
@@ -40,7 +26,7 @@ def test_acpo_train_writes_report_plot_and_metrics(tmp_path, tiny_dir):
     out = tmp_path / "out"
     out.mkdir()
     (out / "metrics.jsonl").write_text('{"step": 7, "reward": 0.5}\n')  # an earlier run's: replaced, not appended to
-    trainer = train(recipe(tmp_path, tiny_dir, report=True))
+    trainer = train(write_toy_recipe(tmp_path, tiny_dir, report=True))
     entries = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [e["step"] for e in entries if "policy_loss" in e] == [1, 2, 3, 4] and entries[0]["step"] == 1
     assert any(e.get("acpo/bin0/eps") is not None for e in entries)
@@ -71,7 +57,7 @@ def test_a_run_that_fails_before_training_leaves_an_earlier_run_as_it_was(tmp_pa
 
     monkeypatch.setattr(ACPOTrainer, "create_optimizer", no_optimizer)
     with pytest.raises(RuntimeError, match="no optimizer"):
-        train(recipe(tmp_path, tiny_dir, report=True))
+        train(write_toy_recipe(tmp_path, tiny_dir, report=True))
     assert {name: (out / name).read_bytes() for name in earlier} == earlier
 
 
@@ -183,7 +169,7 @@ def test_the_last_periodic_evaluation_is_the_after_training_one(tmp_path, tiny_d
     original = EvalCallback.evaluate
     monkeypatch.setattr(EvalCallback, "evaluate",
                         lambda self: calls.append((self.sampling.sampler, self.batch_size)) or original(self))
-    train(recipe(tmp_path, tiny_dir, report=True, report_eval_steps=2, save_final_model=False, eval_sampler="coupled",
+    train(write_toy_recipe(tmp_path, tiny_dir, report=True, report_eval_steps=2, save_final_model=False, eval_sampler="coupled",
                  eval_batch_size=3))
     out = tmp_path / "out"
     assert calls == [("coupled", 3)] * 3  # before, step 2, step 4 (= after), with the recipe's sampler and batch
@@ -199,7 +185,7 @@ def test_the_last_periodic_evaluation_is_the_after_training_one(tmp_path, tiny_d
 def test_lora_through_model_config(tmp_path, tiny_dir):
     from peft import PeftModel
 
-    trainer = train(recipe(tmp_path, tiny_dir, use_peft=True, lora_r=4, lora_alpha=8, learning_rate=0.05))
+    trainer = train(write_toy_recipe(tmp_path, tiny_dir, use_peft=True, lora_r=4, lora_alpha=8, learning_rate=0.05))
     model = trainer.model
     assert isinstance(model, PeftModel)
     from acpo_trl.utils.tiny_models import build_tiny_model
@@ -231,11 +217,11 @@ def test_resume_from_checkpoint_continues_exactly(tmp_path, tiny_dir):
                 control.should_training_stop = True
 
     common = dict(max_steps=6, save_strategy="steps", save_steps=2, steps_per_generation=2)
-    full = train(recipe(tmp_path / "a", tiny_dir, **common))
+    full = train(write_toy_recipe(tmp_path / "a", tiny_dir, **common))
     partial_dir = tmp_path / "b"
-    train(recipe(partial_dir, tiny_dir, **common), callbacks=[Interrupt()])
+    train(write_toy_recipe(partial_dir, tiny_dir, **common), callbacks=[Interrupt()])
     checkpoint = str(partial_dir / "out" / "checkpoint-2")
-    resumed = train(recipe(partial_dir, tiny_dir, **common, resume_from_checkpoint=checkpoint))
+    resumed = train(write_toy_recipe(partial_dir, tiny_dir, **common, resume_from_checkpoint=checkpoint))
 
     def losses(trainer):
         return {e["step"]: e["policy_loss"] for e in trainer.state.log_history if "policy_loss" in e}
@@ -306,7 +292,7 @@ def test_push_without_network_fails_fast_and_clearly(tmp_path, tiny_dir, monkeyp
 
 @pytest.mark.slow
 def test_diagnostics_switched_on_from_the_recipe(tmp_path, tiny_dir):
-    trainer = train(recipe(tmp_path, tiny_dir, max_steps=2, diagnostics=True, diagnostics_grad_every=1,
+    trainer = train(write_toy_recipe(tmp_path, tiny_dir, max_steps=2, diagnostics=True, diagnostics_grad_every=1,
                            diagnostics_grad_params=["model.layers.1"], report=True))
     keys = {k for entry in trainer.state.log_history for k in entry}
     assert {"diag/k0/bin0/acpo_eps", "diag/k1/bin0/acpo_eps"} <= keys  # per update index k within a rollout
@@ -399,7 +385,7 @@ def test_acpo_train_on_cpu_caps_the_mmap_threshold_unless_told_not_to(tmp_path, 
     monkeypatch.setattr(train_module, "cap_mmap_threshold", lambda: calls.append(1))
     trained = SimpleNamespace(accelerator=SimpleNamespace(end_training=lambda: None))  # what main ends with
     monkeypatch.setattr(train_module, "run", lambda *args, **kwargs: trained)
-    train_module.main(["--config", recipe(tmp_path, tiny_dir), "--low_memory", str(low_memory).lower()])
+    train_module.main(["--config", write_toy_recipe(tmp_path, tiny_dir), "--low_memory", str(low_memory).lower()])
     assert len(calls) == expected
     assert cap_mmap_threshold()  # glibc (this Linux): the setting is accepted
 
