@@ -80,3 +80,28 @@ def test_a_resumed_grid_skips_packed_runs_and_a_folder_wins_over_the_pack(tmp_pa
     assert finished_runs(tmp_path)[again.run_id] == {"spec": again.to_json(), "rerun": True}
     assert pack(tmp_path) == (len(specs) - 2, len(specs))
     assert finished_runs(tmp_path)[again.run_id]["rerun"] and not (tmp_path / "runs").exists()
+
+
+def test_no_committed_study_file_holds_an_absolute_path():
+    """A run writes its folder into its log and result as given; a grid run with an absolute --out must have it made
+    relative before it is committed (the repository's results read the same on every machine)."""
+    import re
+    import subprocess
+
+    absolute = re.compile(r"(?<![\w.])/(?:work|root|home|tmp|Users|mnt|scratch)/")
+    try:  # the committed files (a grid running here writes its folders beside them)
+        listed = subprocess.run(["git", "ls-files", "study"], cwd=ROOT, capture_output=True, text=True, check=True)
+        paths = [ROOT / line for line in listed.stdout.splitlines()]
+    except (OSError, subprocess.CalledProcessError):  # not a git checkout: every file under study/
+        paths = sorted((ROOT / "study").rglob("*"))
+    found = []
+    for path in paths:
+        if path.suffix == ".gz":
+            with gzip.open(path, "rt", encoding="utf-8") as lines:
+                text = lines.read()
+        elif path.suffix in (".json", ".md", ".txt", ".csv"):
+            text = path.read_text(encoding="utf-8")
+        else:
+            continue
+        found += [f"{path.relative_to(ROOT)}: {m.group(0)}" for m in absolute.finditer(text)][:1]
+    assert not found, f"absolute paths in committed study files: {found}"
