@@ -52,6 +52,7 @@ Every option of ``run`` can narrow the grid (``--tasks``, ``--methods``, ``--upr
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import shlex
@@ -202,8 +203,6 @@ def _drift_maps(results: list[dict], out_dir: Path, plot_dir: Path, beside: Path
     ``beside`` (another study's folder: the testbed's drift grid), for every task run at any drift level, with that
     study's map drawn behind it. A recipe's task run at one learning rate (the second task) gets its level's drift
     table, no map: one level draws no curve."""
-    import json
-
     from .drift import drift_map, level_drift_table
 
     lrs = {}

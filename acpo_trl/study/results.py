@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -23,8 +24,6 @@ def collapsed(rewards: list[tuple[int, float]], steps: int, tail: float = 0.2) -
 
 def code_version() -> str | None:
     """The commit of the checkout the run's code came from (None outside a git checkout)."""
-    import subprocess
-
     try:
         return subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10,
                               cwd=Path(__file__).resolve().parent).stdout.strip() or None

@@ -14,6 +14,7 @@ digits with the Qwen2 pre-tokenizer. Digits are single tokens here (``Digits(ind
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import math
@@ -141,8 +142,6 @@ def warm_up(spec: WarmupSpec, cache_dir: str | Path, log=print) -> Path:
     last, so an interrupted warm-up is redone; concurrent callers wait on a lock while one trains it). The folder is
     named by the spec and the CPU kernels it is trained with, so a warm-up made with other kernels is never reused
     (:data:`CPU_KERNELS`)."""
-    import fcntl
-
     out = Path(cache_dir) / f"{spec.key()}-{cpu_kernels().lower()}"
     if (out / "done").exists():
         return out
