@@ -104,7 +104,7 @@ def summarize_diagnostics(entries: list[dict]) -> dict:
     of ``MAX_TRACKED``), ``grad_k[metric]["k"]`` (angle, norm ratio and shares per update index k),
     ``grad[metric]`` (shares, angle, over all k) and ``eps_rule``, the statistic of the bin rule behind ``acpo_eps`` (``"ratio"`` or ``"logratio"``), and ``eps_own``,
     whether that rule is the method's own (False: ACPO's, not applied)."""
-    from ..diagnostics.plots import bin_table
+    from ..diagnostics.plots import bin_table  # deferred: torch, which acpo_trl.diagnostics imports
 
     bins = {name: {f"{k},{b}": v for (k, b), v in cells.items()} for name, cells in bin_table(entries).items()}
     largest = {name: {f"{k},{b}": v for (k, b), v in cells.items()}

@@ -21,6 +21,8 @@ import traceback
 from dataclasses import dataclass
 from pathlib import Path
 
+import torch
+
 from .recipe import RecipeRunSpec
 from .results import finished_runs, is_done, load_results, read_result
 from .testbed import CPU_KERNELS, RunSpec, cpu_kernels, pin_cpu_kernels
@@ -127,8 +129,6 @@ def run_grid(specs: list[RunSpec] | list[RecipeRunSpec], out_dir: str | Path, ca
     log(f"{len(specs)} runs, {len(specs) - len(todo)} already finished, {len(todo)} to run, {max(jobs, 1)} at a time")
     if todo:
         if jobs == 0 and any(isinstance(s, RunSpec) for s in todo):
-            import torch
-
             torch.set_num_threads(1)  # two threads on a shared, oversubscribed 2-core machine were slower than one
             if cpu_kernels() != CPU_KERNELS["ATEN_CPU_CAPABILITY"].upper():
                 log(f"warning: torch runs {cpu_kernels()} kernels in this process, the study's workers AVX2: these "
