@@ -4,6 +4,8 @@
 losses) do not pay TRL's import time.
 """
 
+import importlib
+
 __version__ = "0.1.0"
 
 _LAZY = {
@@ -16,7 +18,5 @@ __all__ = ["ACPOConfig", "ACPOTrainer", "__version__"]
 
 def __getattr__(name):
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'acpo_trl' has no attribute {name!r}")

@@ -13,6 +13,7 @@ from transformers import PrinterCallback, TrainerCallback
 
 from acpo_trl.utils.cli_errors import ArgumentParser, cli_main
 from acpo_trl.utils.number_checks import AT_LEAST_ONE, NON_NEGATIVE, argument
+from acpo_trl.utils.tiny_models import build_tiny_model
 
 
 class BinTableCallback(TrainerCallback):
@@ -48,8 +49,8 @@ def main(argv: list[str] | None = None) -> None:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     warnings.filterwarnings("ignore", category=FutureWarning)  # transformers 5 renames, not ours to fix
 
+    # deferred: TRL (the trainer, and the task registry's ScriptArguments), after the flags are parsed
     from acpo_trl import ACPOConfig, ACPOTrainer
-    from acpo_trl.utils.tiny_models import build_tiny_model
     from acpo_trl.tasks.toy import toy_dataset, toy_reward
 
     model, tokenizer = build_tiny_model(seed=args.seed)

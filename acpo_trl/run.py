@@ -12,12 +12,18 @@ import os
 import time
 from pathlib import Path
 
+from accelerate.utils import broadcast_object_list
+from transformers import AutoTokenizer, PrinterCallback, ProgressCallback
 from trl.import_utils import is_vllm_available
 
 from .data.templates import drop_long_prompts
+from .diagnostics.plots import plot_bins_vs_k, plot_gradient_diagnostics, plot_training_curves, read_metrics
+from .evaluation.benchmarks import Benchmark
 from .evaluation.generation import check_sampler
 from .recipe import MODEL_RANGES, OFFLINE_MODEL, resolve_model_path
 from .tasks import build_task
+from .training.callbacks import MetricsJSONLCallback, RewardProgressCallback
+from .training.report import write_report
 from .utils.cli_errors import MissingPackageError, UserError, user_input
 from .utils.hub import HubUnreachableError, check_hub_reachable, check_model_source
 from .utils.number_checks import check_numbers
@@ -71,12 +77,10 @@ def run(script_args, training_args, model_args, callbacks=None):
 def build_trainer(script_args, training_args, model_args, callbacks=None):
     """``(trainer, task)``: the recipe's task (its data read, long prompts dropped) and an ``ACPOTrainer`` on its
     model, with the run's progress bar; the output folder checked for room once the model is loaded."""
-    # deferred: TRL's trainer and transformers, which check_inputs does not need (a bad recipe fails before them)
-    from transformers import AutoTokenizer, PrinterCallback, ProgressCallback
+    # deferred: TRL's trainer (and the datasets library with it), which check_inputs does not need
     from trl import get_peft_config, get_quantization_config
 
     from .trainer import ACPOTrainer
-    from .training.callbacks import RewardProgressCallback
 
     with user_input(ImportError, FileNotFoundError, FileExistsError):  # the offline model's package and cache
         model_path = resolve_model_path(model_args.model_name_or_path)
@@ -109,9 +113,7 @@ def build_trainer(script_args, training_args, model_args, callbacks=None):
 def start_report(trainer, task, script_args, training_args):
     """``(evaluator, before)``: the report's held-out evaluation (periodic with ``report_eval_steps``) and its
     before-training result (shared through ``report_before_file``); ``metrics.jsonl`` starts with training."""
-    from .evaluation.benchmarks import Benchmark  # deferred, with the callback below: transformers
-    from .evaluation.callback import EvalCallback
-    from .training.callbacks import MetricsJSONLCallback
+    from .evaluation.callback import EvalCallback  # deferred: TRL's trainer utilities and the datasets library
 
     # It starts the file when training begins: a run that fails before leaves an earlier run's file as it was.
     metrics_path = os.path.join(training_args.output_dir, "metrics.jsonl")
@@ -129,9 +131,6 @@ def start_report(trainer, task, script_args, training_args):
 def write_outputs(trainer, evaluator, before: dict, wall_s: float, script_args, training_args, model_args) -> None:
     """After training: the held-out evaluation, then ``eval_before_after.json``, ``training_curves.png``, the
     diagnostics' plots and ``report.md`` in the output folder, each written whole or not at all."""
-    from .diagnostics.plots import plot_training_curves, read_metrics  # deferred: matplotlib
-    from .training.report import write_report
-
     after = evaluator.metrics_at(trainer.state.global_step)
     if not trainer.is_world_process_zero():
         return
@@ -154,8 +153,6 @@ def shared_evaluation(path: str | None, evaluate, accelerator) -> dict:
     Every process takes the same branch (the main process decides), since ``evaluate`` gathers over processes. Runs
     that share ``path`` and start together evaluate once: the first holds ``<path>.lock`` while it evaluates, and the
     others wait for it, then read its result."""
-    from accelerate.utils import broadcast_object_list  # deferred: accelerate's utils import torch.distributed
-
     if path is None:
         return evaluate()
     with _held(f"{path}.lock", accelerator.is_main_process):
@@ -190,8 +187,6 @@ def write_diagnostics_plots(entries: list[dict], training_args, folder: str) -> 
     """``diagnostics_bins.png`` (eps, log-ratio std and clip fractions per bin against the update index k) and,
     when the gradient check ran, ``diagnostics_gradient.png`` (angle, norm ratio, per-bin shares over training), in
     ``folder``."""
-    from .diagnostics.plots import plot_bins_vs_k, plot_gradient_diagnostics  # deferred: matplotlib
-
     title = f"{training_args.policy_loss}, {training_args.updates_per_rollout:g} updates per rollout"
     out = [plot_bins_vs_k(entries, os.path.join(folder, "diagnostics_bins.png"), title)]
     if any("grad/angle_deg" in e for e in entries):

@@ -23,11 +23,12 @@ import textwrap
 from typing import NamedTuple
 
 import torch
+from peft import PeftModel
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 from trl import GRPOTrainer
 
 from .config import ACPOConfig
-from .diagnostics.hook import update_index
+from .diagnostics.hook import DiagnosticsConfig, attach_diagnostics, update_index
 from .training.drift_guard import DriftGuard, UpdateSkipped
 from .training.report import acpo_card_section, lower_clip_void_message
 from .training.host_memory import release_freed_memory
@@ -96,16 +97,12 @@ class ACPOTrainer(GRPOTrainer):
         self._watch_lower_clip = rule is not None and rule.statistic == "ratio" and rule.eps_max > 1
         self._num_bins = rule.num_bins if rule is not None else args.acpo_num_bins
         if args.share_prompt_prefix:
-            from peft import PeftModel
-
             if self.is_deepspeed_enabled or self.is_fsdp_enabled:
                 raise ValueError("ACPOConfig.share_prompt_prefix=True: not supported under DeepSpeed or FSDP (its "
                                  "two forward calls per micro-batch are untested there); set it to false.")
             base = self.model.get_base_model() if isinstance(self.model, PeftModel) else self.model
             self._cache_argument = cache_argument(base)
         if args.diagnostics or args.diagnostics_grad_every:
-            from .diagnostics import DiagnosticsConfig, attach_diagnostics
-
             attach_diagnostics(
                 self,
                 DiagnosticsConfig(

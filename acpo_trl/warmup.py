@@ -18,6 +18,8 @@ import json
 import os
 from dataclasses import asdict, dataclass, field
 
+import torch
+from transformers import AutoTokenizer
 from trl import TrlParser
 
 from .recipe import read_recipe, resolve_model_path
@@ -73,9 +75,7 @@ def warmup_dataset(script_args, args: WarmupArguments):
 def run(args: WarmupArguments, callbacks=None) -> str:
     """Train the warm-up and save it where the recipe's ``model_name_or_path`` points; returns that folder.
     ``callbacks``: extra ``TrainerCallback`` objects (e.g. one that saves checkpoints along the way, for pilots)."""
-    import torch  # deferred, with TRL's trainer: a bad recipe is refused before them
-    from transformers import AutoTokenizer
-    from trl import SFTConfig, SFTTrainer
+    from trl import SFTConfig, SFTTrainer  # deferred: TRL's SFT trainer and the datasets library, for a run only
 
     script_args, _, model_args = read_recipe(args.recipe)
     output_dir = model_args.model_name_or_path

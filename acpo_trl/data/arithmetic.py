@@ -32,7 +32,7 @@ def arithmetic_dataset(num_tasks: int, digits: int, seed: int, template: str, sh
     """``num_tasks`` problems "What is a op b?" with ``digits``-digit operands (seeded), after ``shots`` solved
     examples (module docstring); with ``distinct``, no problem twice (a held-out set: 100 single-digit problems
     are then all of them)."""
-    from datasets import Dataset
+    from datasets import Dataset  # deferred: the datasets library is heavy, and only building a dataset needs it
 
     if shots and template != "chat":
         raise ValueError(f"ArithmeticOptions.arithmetic_shots={shots}: solved examples are earlier chat turns; set "

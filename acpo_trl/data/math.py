@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from ..rewards.math import last_boxed
 from .templates import TEMPLATES, build_prompt
 
 MATH_INSTRUCTIONS = {
@@ -45,7 +46,7 @@ def math_prompt(problem: str, template: str = "base"):
 
 
 def _dataset(problems: list[str], answers: list[str], template: str, benchmark: str | None = None):
-    from datasets import Dataset
+    from datasets import Dataset  # deferred: the datasets library is heavy, and only building a dataset needs it
 
     columns = {"prompt": [math_prompt(p, template) for p in problems], "answer": answers, "problem": problems}
     if benchmark is not None:
@@ -84,7 +85,7 @@ def load_orz(path_or_id: str | Path = ORZ_HUB_ID, template: str = "base", split:
     """
     path = Path(path_or_id)
     if _is_hub_id(path_or_id):
-        from datasets import load_dataset
+        from datasets import load_dataset  # deferred: the datasets library, for a Hub dataset only
 
         records = load_dataset(str(path_or_id), split=split)
     elif path.is_file():
@@ -104,8 +105,6 @@ def load_orz(path_or_id: str | Path = ORZ_HUB_ID, template: str = "base", split:
 def benchmark_gold(benchmark: str, value) -> str | None:
     """The gold answer string of ``benchmark`` from its gold field's ``value`` (rules in ``BENCHMARKS``)."""
     if benchmark == "minerva":
-        from ..rewards.math import last_boxed
-
         return last_boxed(value) if isinstance(value, str) else None
     if benchmark == "olympiadbench":
         value = value[0] if isinstance(value, (list, tuple)) and value else value
@@ -116,7 +115,7 @@ def benchmark_gold(benchmark: str, value) -> str | None:
 def _read_records(source: str | Path, benchmark: str) -> list[dict]:
     path = Path(source)
     if _is_hub_id(source):
-        from datasets import load_dataset
+        from datasets import load_dataset  # deferred: the datasets library, for a Hub dataset only
 
         return list(load_dataset(str(source), split="test"))
     if not path.is_file():

@@ -42,6 +42,8 @@ import math
 import random
 from dataclasses import dataclass
 
+from .templates import build_prompt
+
 EXAMPLES_SEED = 20_260_044  # the solved examples' own seed: the same examples whatever the run's seed
 STYLES = ("pairs", "rewrite", "varied")
 VARIED_STEPS = ("{t} + {n} = {s}", "{t} plus {n} is {s}", "{t} and {n} make {s}", "adding {n} to {t} gives {s}")
@@ -140,8 +142,6 @@ class RunningSum:
     def prompt(self, numbers):
         """The prompt of one problem: the solved examples as earlier chat turns, then the question; without
         examples, the question and the instruction (one chat turn, or a plain string with ``template="base"``)."""
-        from .templates import build_prompt
-
         if not self.shots:
             return build_prompt(question(numbers), instruction(self.style), self.template)
         history = []
@@ -171,7 +171,7 @@ class RunningSum:
 
     def dataset(self, problems):
         """The ``prompt`` and ``answer`` (the total) columns of ``problems``."""
-        from datasets import Dataset
+        from datasets import Dataset  # deferred: the datasets library is heavy, and only building a dataset needs it
 
         return Dataset.from_dict({"prompt": [self.prompt(p) for p in problems],
                                   "answer": [str(sum(p)) for p in problems]})
@@ -192,7 +192,7 @@ class RunningSum:
         """``num_examples`` distinct problems drawn with ``seed``, none in ``exclude`` (the held-out problems of the
         runs that will start from the warm-up), as prompt-completion rows for a supervised warm-up: the task's
         prompt and its worked answer as the assistant's turn."""
-        from datasets import Dataset
+        from datasets import Dataset  # deferred: the datasets library is heavy, and only building a dataset needs it
 
         problems = self.problems(num_examples, seed, distinct=True, exclude=exclude)
         return Dataset.from_dict({

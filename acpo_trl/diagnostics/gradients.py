@@ -64,6 +64,7 @@ class _FetchNothing:
 @contextlib.contextmanager
 def _zero3_gathered(model: torch.nn.Module, offload) -> Iterator[None]:
     """The ZeRO-3 part of :func:`outside_engine_backward` (``offload``: the engine's ``DeepSpeedZeRoOffload``)."""
+    # deferred: DeepSpeed, an optional package that only a ZeRO-3 run has
     import deepspeed
     from deepspeed.runtime.zero.partition_parameters import ZeroParamStatus
 
@@ -129,7 +130,7 @@ def outside_engine_backward(engine) -> Iterator[None]:
 
 
 def _deepspeed_version() -> str:
-    import deepspeed
+    import deepspeed  # deferred: DeepSpeed, an optional package that only a DeepSpeed run has
 
     return deepspeed.__version__
 

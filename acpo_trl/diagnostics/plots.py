@@ -133,10 +133,10 @@ def plot_training_curves(entries: list[dict], out_png: str, title: str = "",
     within a rollout (mean over rollouts, band min-max), with the line eps = 1 past which the lower clip 1 - eps
     vanishes (see the module docstring). ``updates_per_rollout``: the run's ``ACPOConfig.updates_per_rollout``;
     without it k is read from the entries (:func:`update_indices`). Returns ``out_png``."""
-    import matplotlib
+    import matplotlib  # deferred: matplotlib, only plotting needs it
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib, after the Agg backend is chosen
 
     fig, (ax_reward, ax_eps) = plt.subplots(1, 2, figsize=(13, 4.5))
     reward = [(e["step"], e["reward"]) for e in entries if _finite(e.get("reward"))]
@@ -148,7 +148,7 @@ def plot_training_curves(entries: list[dict], out_png: str, title: str = "",
 
 
 def _draw_eps_panel(ax, entries: list[dict], updates_per_rollout: float | None) -> None:
-    from matplotlib.ticker import MaxNLocator
+    from matplotlib.ticker import MaxNLocator  # deferred: matplotlib, only plotting needs it
 
     cells, source = eps_by_update(entries, updates_per_rollout)
     num_k = max((k + 1 for ks in cells.values() for k in ks), default=0)
@@ -221,10 +221,10 @@ def bin_table(entries: list[dict], reduce=None) -> dict[str, dict[tuple[int, int
 
 
 def _setup():
-    import matplotlib
+    import matplotlib  # deferred: matplotlib, only plotting needs it
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # deferred: matplotlib, after the Agg backend is chosen
 
     return plt
 

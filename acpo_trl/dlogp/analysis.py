@@ -14,6 +14,7 @@ import math
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..diagnostics.plots import legend
 from .metrics import METRICS
 
 THRESHOLDS = (0.1, 0.5, 1.0, 2.0)
@@ -108,12 +109,10 @@ def top_tokens(records: Sequence[dict], n: int = 20, context: int = 40) -> dict[
 
 def plot_histograms(records: Sequence[dict], out_dir: str | Path, bins: int = 60) -> list[Path]:
     """One PNG per metric (``hist_<metric>.png``): token counts on a log scale, one histogram per source."""
-    import matplotlib
+    import matplotlib  # deferred: matplotlib, only plotting needs it
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from ..diagnostics.plots import legend
+    import matplotlib.pyplot as plt  # deferred: matplotlib, after the Agg backend is chosen
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -13,10 +13,14 @@ from __future__ import annotations
 
 import argparse
 
+from ..evaluation.benchmarks import load_benchmark
 from ..utils.cli_errors import ArgumentParser, UserError, cli_main, user_input
+from ..utils.hub import check_model_source
 from ..utils.number_checks import AT_LEAST_ONE, argument
 from .decoding import DecodeConfig
-from .runs import METHODS, RunSettings
+from .runs import (METHODS, OFFLINE, RunSettings, compare_methods, load_pair, read_eval_samples, sample_responses,
+                   score_and_analyse, write_comparison)
+from .scoring import encode_samples
 from .selection import CRITERIA
 
 
@@ -74,9 +78,6 @@ def _settings(args, **selection) -> RunSettings:
 
 def _load_pair(args):
     """(base, rl, tokenizer) after checking that both checkpoints exist."""
-    from ..utils.hub import check_model_source
-    from .runs import OFFLINE, load_pair
-
     for flag, name in (("--base", args.base), ("--rl", args.rl)):
         if name != OFFLINE:
             check_model_source(name, field=flag)
@@ -86,8 +87,6 @@ def _load_pair(args):
 
 
 def _benchmark(args):
-    from ..evaluation.benchmarks import load_benchmark
-
     if args.benchmark is None:
         other = ", or score acpo-eval outputs with --responses SOURCE=PATH" if args.command == "score" else ""
         raise UserError(f"{args.command}: no problems to sample", f"name them with --benchmark, e.g. math500{other}")
@@ -97,9 +96,6 @@ def _benchmark(args):
 
 
 def _score(args) -> None:
-    from .runs import read_eval_samples, sample_responses, score_and_analyse
-    from .scoring import encode_samples
-
     settings = _settings(args)
     samples = {}
     for spec in args.responses:
@@ -122,8 +118,6 @@ def _score(args) -> None:
 
 
 def _generate(args) -> None:
-    from .runs import compare_methods, write_comparison
-
     settings = _settings(
         args, criterion=args.criterion, tau=args.tau, gamma=args.gamma, emulate_top_k=args.emulate_top_k
     )

@@ -18,6 +18,13 @@ from typing import Sequence
 
 import torch
 
+from ..evaluation.generation import Generation as EvalGeneration
+from ..evaluation.generation import derive_seed, load_model_and_tokenizer, render_prompt, tokenize_prompt
+from ..evaluation.metrics import summarize
+from ..evaluation.report import markdown_table
+from ..evaluation.store import SAMPLES_FILE
+from ..utils.offline_model import offline_model_path
+from .analysis import records_from_scores, write_analysis
 from .decoding import DecodeConfig, Generation, eos_token_ids, single_model_generate, two_model_generate
 from .scoring import score_responses
 
@@ -63,9 +70,6 @@ def load_pair(base: str, rl: str, dtype: str = "auto", device: str | None = None
 
     The tokenizer is the base checkpoint's; the two vocabularies must agree.
     """
-    from ..evaluation.generation import load_model_and_tokenizer
-    from ..utils.offline_model import offline_model_path
-
     paths = [offline_model_path() if p == OFFLINE else p for p in (base, rl)]
     base_model, tokenizer = load_model_and_tokenizer(paths[0], dtype=dtype, device=device)
     rl_model, _ = load_model_and_tokenizer(paths[1], dtype=dtype, device=device)
@@ -103,10 +107,7 @@ def compare_methods(base, rl, tokenizer, benchmark, methods: Sequence[str], sett
 
     Returns ``{"metrics": {method: metrics}, "samples": [one dict per sample]}``.
     """
-    from ..evaluation.generation import Generation as EvalGeneration
-    from ..evaluation.generation import derive_seed, render_prompt, tokenize_prompt
-    from ..evaluation.metrics import summarize
-    from ..evaluation.runner import score_generations
+    from ..evaluation.runner import score_generations  # deferred: TRL (the eval runner imports it), for `generate` only
 
     rows = [benchmark.dataset[i] for i in range(len(benchmark.dataset))]
     jobs = [(i, j) for i in range(len(rows)) for j in range(settings.k)]  # (problem, sample)
@@ -149,8 +150,6 @@ def compare_methods(base, rl, tokenizer, benchmark, methods: Sequence[str], sett
 
 def write_comparison(result: dict, settings: RunSettings, out_dir: str | Path) -> dict[str, Path]:
     """``results.json`` (settings + metrics), ``results.md`` (avg@k table) and ``samples.json`` in ``out_dir``."""
-    from ..evaluation.report import markdown_table
-
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     files = {name: out_dir / name for name in ("results.json", "results.md", "samples.json")}
@@ -162,8 +161,6 @@ def write_comparison(result: dict, settings: RunSettings, out_dir: str | Path) -
 
 def read_eval_samples(path: str | Path) -> tuple[list[str], list[str]]:
     """(prompts, completions) of every sample of an acpo-eval output (its folder or its ``samples.jsonl``)."""
-    from ..evaluation.store import SAMPLES_FILE
-
     path = Path(path)
     if path.is_dir():
         path = path / SAMPLES_FILE
@@ -188,8 +185,6 @@ def read_eval_samples(path: str | Path) -> tuple[list[str], list[str]]:
 
 def sample_responses(model, base, rl, tokenizer, prompts: Sequence, settings: RunSettings) -> tuple[list, list]:
     """(prompt ids, response ids): ``settings.k`` responses per prompt sampled from ``model`` (``"base"``/``"rl"``)."""
-    from ..evaluation.generation import derive_seed, tokenize_prompt
-
     prompt_ids = [tokenize_prompt(tokenizer, p) for p in prompts for _ in range(settings.k)]
     responses = []
     for start in range(0, len(prompt_ids), settings.batch_size):
@@ -200,8 +195,6 @@ def sample_responses(model, base, rl, tokenizer, prompts: Sequence, settings: Ru
 
 def score_and_analyse(base, rl, tokenizer, groups: dict, out_dir, *, batch_size=4, chunk_tokens=1024, top_k=None):
     """Score ``groups`` (source -> (prompt ids, response ids)) teacher-forced and write the analysis to ``out_dir``."""
-    from .analysis import records_from_scores, write_analysis
-
     records = []
     for source, (prompt_ids, response_ids) in groups.items():
         scores = score_responses(

@@ -13,6 +13,7 @@ from typing import Any, Sequence
 
 import torch
 
+from ..evaluation.generation import tokenize_prompt
 from ..rewards.common import completion_text
 from .metrics import METRICS, token_metrics
 
@@ -24,8 +25,6 @@ def encode_samples(tokenizer, prompts: Sequence[Any], completions: Sequence[Any]
     (its assistant text is used); it is re-tokenised without special tokens, so an end-of-turn token that the text
     does not contain is not scored.
     """
-    from ..evaluation.generation import tokenize_prompt
-
     if len(prompts) != len(completions):
         raise ValueError(f"Got {len(prompts)} prompts but {len(completions)} completions: give one completion per prompt.")
     prompt_ids = [tokenize_prompt(tokenizer, p) for p in prompts]

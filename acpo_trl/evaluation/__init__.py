@@ -9,6 +9,8 @@
 Heavy pieces are imported lazily, so ``from acpo_trl.evaluation import pass_at_k`` stays light.
 """
 
+import importlib
+
 from .metrics import avg_at_k, macro_average, pass_at_k, summarize
 from .report import markdown_table
 
@@ -27,7 +29,5 @@ __all__ = ["avg_at_k", "macro_average", "markdown_table", "pass_at_k", "summariz
 
 def __getattr__(name):
     if name in _LAZY:
-        import importlib
-
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'acpo_trl.evaluation' has no attribute {name!r}")

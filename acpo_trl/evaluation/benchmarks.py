@@ -28,7 +28,7 @@ class Benchmark:
 
 def parse_benchmark(spec: str) -> tuple[str, str | None]:
     """``"NAME"`` or ``"NAME=PATH"`` -> ``(name, path or None)``, the name checked against the registry."""
-    from ..tasks import benchmark_names
+    from ..tasks import benchmark_names  # deferred: TRL (the task registry imports its ScriptArguments)
 
     name, _, path = spec.partition("=")
     name = name.strip().lower()
@@ -51,7 +51,7 @@ def load_benchmark(
     """The benchmark named by ``spec`` (``NAME`` or ``NAME=PATH``) with prompts in ``template``, its first
     ``limit`` problems only when given; ``recipe``: ``(script_args, seed)`` of an ``acpo-train`` recipe, whose
     generated task is evaluated on the recipe's own held-out set (``acpo_trl.tasks.BenchmarkSource``)."""
-    from ..tasks import BenchmarkSource, benchmark_loader
+    from ..tasks import BenchmarkSource, benchmark_loader  # deferred: TRL, as in parse_benchmark
 
     name, path = parse_benchmark(spec)
     source = BenchmarkSource(path, data_dir, template, hitab_tables_dir, recipe)

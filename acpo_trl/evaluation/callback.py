@@ -19,7 +19,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from accelerate.utils import gather_object
 from transformers import Trainer, TrainerCallback
+from trl.models.utils import unwrap_model_for_generation
 
 from .benchmarks import Benchmark, load_benchmark
 from .generation import SamplingSettings, TransformersBackend
@@ -111,9 +113,6 @@ class EvalCallback(TrainerCallback):
     def evaluate(self) -> dict[str, float]:
         """The metrics of the trainer's current model, as they are logged (``eval/<benchmark>/<metric>``); each
         benchmark's correct samples per problem are kept in ``last_correct``."""
-        from accelerate.utils import gather_object
-        from trl.models.utils import unwrap_model_for_generation
-
         trainer = self.trainer
         accelerator = trainer.accelerator
         results, correct = {}, {}

@@ -11,26 +11,26 @@ Flags are ``EvalConfig``'s fields; ``--config run.yaml`` reads them from a YAML 
 from __future__ import annotations
 
 from ..utils.cli_errors import cli_main, parse_config, user_input
+from ..utils.hub import check_model_source
 from ..utils.run_folder import claimed
+from .config import EvalConfig
 
 
 def make_parser():
-    from trl import TrlParser
-
-    from .config import EvalConfig
+    from trl import TrlParser  # deferred: TRL, loaded when a parser is made, not when this module is imported
 
     return TrlParser(EvalConfig, prog="acpo-eval")
 
 
 @cli_main("acpo-eval")
 def main(argv: list[str] | None = None) -> None:
-    from ..utils.hub import check_model_source
-    from .runner import RESULTS_JSON, RESULTS_MD, evaluate, load_benchmarks
-
     (config,) = parse_config(make_parser(), argv)
     check_model_source(config.model_name_or_path)
     if config.adapter_path:
         check_model_source(config.adapter_path, field="adapter_path", markers=("adapter_config.json",))
+    # deferred: torch and TRL (the runner imports them), after the flags and the model are checked
+    from .runner import RESULTS_JSON, RESULTS_MD, evaluate, load_benchmarks
+
     # Reading the benchmarks before the model: a bad name or file fails at once.
     hub_fix = "give a local file (NAME=PATH or --data_dir), or run once with network access to cache it"
     with user_input(FileNotFoundError, ValueError, KeyError), user_input(ConnectionError, fix=hub_fix):

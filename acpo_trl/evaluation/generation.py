@@ -116,7 +116,7 @@ class TransformersBackend:
         return self.settings.sampler == "coupled"
 
     def _generation_config(self, num_samples: int):
-        from transformers import GenerationConfig
+        from transformers import GenerationConfig  # deferred: transformers; acpo-eval parses its flags with this module
 
         sampling = {"do_sample": False}  # greedy, or the coupled sampler's argmax of perturbed scores
         if self.settings.temperature > 0 and not self.batch_invariant:
@@ -139,6 +139,7 @@ class TransformersBackend:
     def generate(self, prompt_ids: list[list[int]], num_samples: int, seed: int) -> list[list[Generation]]:
         """``num_samples`` completions for each prompt (a list per prompt), sampled with ``seed`` (greedy decoding
         runs once per prompt and repeats its completion)."""
+        # deferred: torch (and the shared-prefix decoding, which imports it); acpo-eval parses flags with this module
         import torch
 
         from ..training.shared_prefix import generate_with_shared_prefix
@@ -149,7 +150,7 @@ class TransformersBackend:
         width = max(len(ids) for ids in prompt_ids)
         rows, processors = prompt_ids, None
         if self.batch_invariant and not greedy:
-            from .coupled import completion_keys, coupled_logits_processors
+            from .coupled import completion_keys, coupled_logits_processors  # deferred: torch and transformers
 
             # generate refuses num_return_sequences > 1 without do_sample: the rows are repeated here, prompt-major
             # as generate repeats them, and each gets its own key.
@@ -214,7 +215,7 @@ def vllm_cpu_defaults(enforce_eager: bool | None) -> dict:
 
     With a GPU build nothing is added but an explicit ``enforce_eager``.
     """
-    from vllm.platforms import current_platform
+    from vllm.platforms import current_platform  # deferred: vLLM, optional and heavy
 
     kwargs = {} if enforce_eager is None else {"enforce_eager": enforce_eager}
     if current_platform.is_cpu():
@@ -255,14 +256,14 @@ class VLLMBackend:
         if settings.sampler != "multinomial":
             raise ValueError(f"sampler={settings.sampler!r} needs the transformers backend (vLLM samples inside its "
                              "engine): use --backend transformers, or --sampler multinomial with vLLM.")
-        from vllm import LLM
+        from vllm import LLM  # deferred: vLLM, optional and heavy
 
         self.tokenizer = tokenizer
         self.settings = settings
         lora_kwargs = {}
         self.lora_request = None
         if adapter_path is not None:
-            from vllm.lora.request import LoRARequest
+            from vllm.lora.request import LoRARequest  # deferred: vLLM, optional and heavy
 
             lora_kwargs = {"enable_lora": True, "max_lora_rank": _vllm_max_lora_rank(adapter_path)}
             self.lora_request = LoRARequest("adapter", 1, adapter_path)
@@ -281,7 +282,7 @@ class VLLMBackend:
     def generate(self, prompt_ids: list[list[int]], num_samples: int, seed: int) -> list[list[Generation]]:
         """``num_samples`` completions for each prompt (a list per prompt), sampled with ``seed`` (greedy decoding
         runs once per prompt and repeats its completion: vLLM refuses ``n > 1`` at temperature 0)."""
-        from vllm import SamplingParams
+        from vllm import SamplingParams  # deferred: vLLM, optional and heavy
 
         greedy = self.settings.temperature == 0
         params = [
@@ -317,9 +318,11 @@ class VLLMBackend:
 
 def check_dtype(dtype: str) -> None:
     """``dtype`` must be ``"auto"`` or the name of a torch dtype (``from_pretrained``'s ``dtype``)."""
-    import torch
+    if dtype == "auto":
+        return
+    import torch  # deferred: torch; EvalConfig checks its dtype with this while acpo-eval parses its flags
 
-    if dtype != "auto" and not isinstance(getattr(torch, dtype, None), torch.dtype):
+    if not isinstance(getattr(torch, dtype, None), torch.dtype):
         raise ValueError(f"`dtype` must be 'auto' or a torch dtype name such as 'bfloat16', got {dtype!r}.")
 
 
@@ -328,6 +331,7 @@ def load_model_and_tokenizer(
 ):
     """A causal LM for the transformers backend (a LoRA adapter merged in) and its tokenizer (the adapter
     folder's tokenizer when it has one, as TRL saves it there, else the model's)."""
+    # deferred: torch, transformers and peft, which only loading a model needs
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -336,7 +340,7 @@ def load_model_and_tokenizer(
     model = AutoModelForCausalLM.from_pretrained(model_name_or_path, dtype=dtype)
     tokenizer_source = model_name_or_path
     if adapter_path is not None:
-        from peft import PeftModel
+        from peft import PeftModel  # deferred: peft, for an adapter only
 
         model = PeftModel.from_pretrained(model, adapter_path).merge_and_unload()
         if (Path(adapter_path) / "tokenizer_config.json").is_file():

@@ -15,11 +15,17 @@ import logging
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
+import torch
+import trl.import_utils as trl_import_utils
+from tqdm.auto import tqdm
+from transformers import AutoTokenizer
+
 from ..recipe import read_recipe
 from ..utils.cli_errors import MissingPackageError
 from .benchmarks import Benchmark, load_benchmark, parse_benchmark
 from .config import EvalConfig
-from .generation import derive_seed, render_prompt, tokenize_prompt
+from .generation import (TransformersBackend, VLLMBackend, derive_seed, load_model_and_tokenizer, render_prompt,
+                         tokenize_prompt)
 from .metrics import macro_average, summarize
 from .report import markdown_table
 from .store import SampleStore, record_key
@@ -76,8 +82,6 @@ def sample_benchmark(
     batch-invariant backend (``backend.batch_invariant``) samples only the problems not skipped (a run resumed with
     another ``batch_size``). ``on_batch`` receives each new batch's records as soon as they are scored.
     """
-    from tqdm.auto import tqdm
-
     dataset = benchmark.dataset
     starts = range(0, len(dataset), batch_size)
     jobs = [(start, seed) for start in starts for seed in seeds]
@@ -148,9 +152,7 @@ def compute_metrics(problems: dict[str, list[dict]], pass_k: Sequence[int] = ())
 
 def build_backend(config: EvalConfig):
     """The generation backend ``config`` asks for (``auto``: vLLM when installed and a GPU is present)."""
-    import torch
-    from trl.import_utils import is_vllm_available
-
+    is_vllm_available = trl_import_utils.is_vllm_available  # looked up per call: the tests stand in for it
     backend = config.backend
     if backend == "auto":
         vllm = is_vllm_available() and torch.cuda.is_available() and config.sampler == "multinomial"
@@ -158,10 +160,6 @@ def build_backend(config: EvalConfig):
     if backend == "vllm":
         if not is_vllm_available():
             raise MissingPackageError("vllm", "backend='vllm'", "use --backend transformers")
-        from transformers import AutoTokenizer
-
-        from .generation import VLLMBackend
-
         tokenizer_source = config.model_name_or_path
         if config.adapter_path and (Path(config.adapter_path) / "tokenizer_config.json").is_file():
             tokenizer_source = config.adapter_path
@@ -177,8 +175,6 @@ def build_backend(config: EvalConfig):
             seed=config.seeds[0],
             enforce_eager=config.enforce_eager,
         )
-    from .generation import TransformersBackend, load_model_and_tokenizer
-
     model, tokenizer = load_model_and_tokenizer(config.model_name_or_path, config.adapter_path, config.dtype, config.device)
     return TransformersBackend(model, tokenizer, config.sampling)
 

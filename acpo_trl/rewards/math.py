@@ -208,7 +208,7 @@ def _is_integer(token: str) -> bool:
 
 @lru_cache(maxsize=1024)
 def _parse(answer: str):
-    from math_verify import LatexExtractionConfig, parse
+    from math_verify import LatexExtractionConfig, parse  # deferred: math-verify, only the checkers load it
 
     return parse(
         "\\boxed{" + answer + "}",
@@ -224,7 +224,7 @@ _GENERIC = (0.5772156649015329, 1.2020569031595942, 0.9159655941772190, 1.618033
 def _plain(item) -> bool:
     """A parsed answer that math-verify compares only by equality, numbers and ``simplify``: an expression that is no
     bare symbol (``ab`` vs ``a*b``), matrix or percentage (``x% == x``), and has no float next to a symbol."""
-    from sympy import Expr, Float, Symbol, UnevaluatedExpr
+    from sympy import Expr, Float, Symbol, UnevaluatedExpr  # deferred: sympy, only the checker processes load it
 
     return (
         isinstance(item, Expr)
@@ -264,7 +264,7 @@ def sympy_shortcut(parsed_gold: list, parsed_pred: list) -> float | None:
     (math-verify's first, cheap test) are decided: 0.0 if every gold/pred pair differs, at two generic points of
     the free symbols, by more than math-verify's 6-decimal float rounding can join; 1.0 if a gold/pred difference
     with free symbols expands to 0 (a polynomial identity, which ``simplify`` finds)."""
-    from sympy import expand
+    from sympy import expand  # deferred: sympy, only the checker processes load it
 
     golds = [x for x in parsed_gold if not isinstance(x, str)]
     preds = [x for x in parsed_pred if not isinstance(x, str)]
@@ -285,7 +285,7 @@ def sympy_shortcut(parsed_gold: list, parsed_pred: list) -> float | None:
 
 def verify_answer(gold: str, pred: str) -> float:
     """math-verify's decision (1.0/0.0) on answers ``gold`` and ``pred``, without a time bound: run it in a worker."""
-    from math_verify import verify
+    from math_verify import verify  # deferred: math-verify, only the checker processes load it
 
     try:
         parsed_gold = _parse(gold)
@@ -307,7 +307,7 @@ def _serve(read_fd: int, write_fd: int) -> None:
     """Worker loop: receive ``(gold, pred)``, send back its score; exit when the parent closes the pipe."""
     logging.getLogger("math_verify").setLevel(logging.ERROR)
     try:  # sympy can grow a number past RAM before the deadline: fail it with MemoryError (scores 0) instead
-        import resource
+        import resource  # deferred: POSIX only (the guard lets the worker run elsewhere)
 
         resource.setrlimit(resource.RLIMIT_AS, (_WORKER_MEMORY_BYTES, resource.getrlimit(resource.RLIMIT_AS)[1]))
     except (ImportError, ValueError, OSError):  # not POSIX, or a lower limit is already set

@@ -52,6 +52,7 @@ Every option of ``run`` can narrow the grid (``--tasks``, ``--methods``, ``--upr
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
 import shlex
@@ -60,6 +61,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import torch
+import yaml
+
+from ..diagnostics.plots import legend, plot_bins_vs_k, plot_gradient_diagnostics, read_metrics
+from ..losses import POLICY_LOSSES
+from ..tasks.testbed import TESTBED_TASKS
 from ..utils.cli_errors import ArgumentParser, UserError, cli_main, user_input
 from ..utils.number_checks import AT_LEAST_ONE, NON_NEGATIVE, POSITIVE, argument
 from ..utils.run_folder import claimed
@@ -69,10 +76,14 @@ from .grids import (ALPHAS, DRIFT_LEVELS, DRIFT_VARIANTS, LONG_TASK_SECONDS, LON
                     alternatives_grid, build_grid, drift_grid, estimate_recipe_seconds, estimate_seconds, guard_grid,
                     is_near_reference, long_task_cell, long_task_grid, measured_seconds, quick_grid, real_model_grid,
                     second_task_grid)
+from .cell import STUDY_METHODS
 from .coupling import measure as measure_coupling
+from .drift import drift_map, level_drift_table, measure
+from .mechanism import plot_mechanism
 from .pack import PACK, pack, run_file
 from .results import group_of, has_runs, is_done, load_results
 from .runner import block, check_reproduces, open_blocks, run_grid, work
+from .table import write_table
 from .testbed import RunSpec, pin_cpu_kernels
 
 # Wall seconds per optimizer step of one run while another runs beside it (2 cores, one torch thread each),
@@ -157,11 +168,6 @@ def _estimate(specs: list, jobs: int) -> float:
 
 def report(out_dir: Path, plots: str = "some", beside: Path | None = None) -> str:
     """Write ``table.md`` and the PNGs under ``out_dir/plots``; returns the table."""
-    from ..diagnostics.plots import plot_bins_vs_k, plot_gradient_diagnostics
-    from ..diagnostics.plots import read_metrics
-    from .mechanism import plot_mechanism
-    from .table import write_table
-
     results = load_results(out_dir)
     table = write_table(results, out_dir / "table.md", hypotheses=ablation_hypotheses())
     plot_dir = out_dir / "plots"
@@ -202,10 +208,6 @@ def _drift_maps(results: list[dict], out_dir: Path, plot_dir: Path, beside: Path
     ``beside`` (another study's folder: the testbed's drift grid), for every task run at any drift level, with that
     study's map drawn behind it. A recipe's task run at one learning rate (the second task) gets its level's drift
     table, no map: one level draws no curve."""
-    import json
-
-    from .drift import drift_map, level_drift_table
-
     lrs = {}
     for r in results:
         lrs.setdefault(r["spec"]["task"], set()).add(r["spec"].get("lr"))
@@ -239,12 +241,10 @@ def _drift_maps(results: list[dict], out_dir: Path, plot_dir: Path, beside: Path
 
 def _learning_curves(results: list[dict], plot_dir: Path) -> None:
     """Per task: mean held-out sampled accuracy over steps, one panel per regime, one line per variant."""
-    import matplotlib
+    import matplotlib  # deferred: matplotlib, only plotting needs it
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    from ..diagnostics.plots import legend
+    import matplotlib.pyplot as plt  # deferred: matplotlib, after the Agg backend is chosen
 
     for task in sorted({group_of(r) for r in results}):
         runs = [r for r in results if group_of(r) == task]
@@ -360,10 +360,6 @@ def _add_grid_arguments(p: argparse.ArgumentParser) -> None:
 
 def _check_args(args) -> None:
     """Unknown --methods / --tasks or a missing --recipe fail before the grid starts, not in each of its runs."""
-    from ..losses import POLICY_LOSSES
-    from ..tasks.testbed import TESTBED_TASKS
-    from .cell import STUDY_METHODS
-
     for flag, given, known in (("--methods", args.methods, [*POLICY_LOSSES, *STUDY_METHODS, "all"]),
                                ("--tasks", args.tasks, TESTBED_TASKS)):
         unknown = [name for name in given or () if name not in known]
@@ -385,12 +381,8 @@ def _check_args(args) -> None:
 
 @cli_main("acpo-study")
 def main(argv: list[str] | None = None) -> int:
-    import yaml
-
     args = build_parser().parse_args(argv)
     if args.command == "_work":
-        import torch  # deferred: torch, in the worker only
-
         torch.set_num_threads(1)
         work(args.queue, args.out, args.cache, args.session, log=lambda m: print(m, flush=True))
         return 0
@@ -439,8 +431,6 @@ def _measure(args) -> int:
         with user_input(ValueError):
             print(measure_coupling(args.out, pairs, args.limit, args.jobs, log=lambda m: print(m, flush=True)))
     else:
-        from .drift import measure  # deferred: TRL, which the drift measurement trains with
-
         if args.config is not None and not Path(args.config).is_file():
             raise UserError(f"--config {args.config}: no such file", "give an acpo-train YAML recipe, e.g. from configs/")
         with claimed(args.out, "acpo-study", field="--out"):

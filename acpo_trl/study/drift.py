@@ -19,6 +19,11 @@ import math
 import statistics
 from pathlib import Path
 
+from ..utils.cli_errors import parse_config
+from .cell import naming_options
+from .results import group_of
+from .stats import summarize
+
 # The setting of the measurement that motivated the drift grid (16 updates per rollout, batch 8, 8 completions per
 # prompt, 48 new tokens, constant learning rate, no KL): the offline model on single-digit addition.
 DEFAULT_RECIPE = {
@@ -72,12 +77,11 @@ def measure(lrs: list[float], out_dir: str | Path, *, recipe: str | None = None,
             seed: int = 0, rollout: int | None = None, log=print) -> dict:
     """Run the measurement for every learning rate (skipping the ones already in ``drift.json``) and write the
     outputs. Returns the JSON content: ``{"settings", "runs": {lr: {"bins": {metric: {"k,b": mean}}, ...}}}``."""
-    from ..training.callbacks import MetricsJSONLCallback
-    from ..utils.cli_errors import parse_config
-    from ..diagnostics.plots import bin_table
-    from ..diagnostics.plots import read_metrics
+    # deferred: TRL, transformers and torch, which the measurement needs and this module's drift tables do not
+    from ..diagnostics.plots import bin_table, read_metrics
     from ..recipe import make_parser
     from ..run import run
+    from ..training.callbacks import MetricsJSONLCallback
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -152,9 +156,10 @@ def write_table(data: dict, path: Path) -> str:
 def plot(data: dict, path: Path) -> None:
     """Two panels against k: the bin-0 ratio std and the bin-0 eps ACPO would set (one line per learning rate),
     with the other bins dotted."""
-    import matplotlib
+    import matplotlib  # deferred: matplotlib, only plotting needs it
 
     matplotlib.use("Agg")
+    # deferred: matplotlib (after the Agg backend is chosen), and torch, which acpo_trl.diagnostics imports
     import matplotlib.pyplot as plt
 
     from ..diagnostics.plots import legend, save_figure
@@ -194,8 +199,6 @@ def _map_runs(results: list[dict], task: str, uprs: tuple[int, ...]) -> list[dic
     with options (the ablation's, the drift guard's) are compared in their own report sections and move no level's
     drift (a guard even censors its own: a cut rollout never reaches the last update). Options that change only what
     is logged (``diagnostics_*``, :func:`cell.naming_options`) do not make a variant."""
-    from .cell import naming_options
-
     return [r for r in results if r["spec"]["task"] == task and r["spec"]["upr"] in uprs
             and not naming_options(r["spec"].get("options", ()))]
 
@@ -205,9 +208,6 @@ def drift_points(results: list[dict], task: str, upr: int = 16) -> list[tuple]:
     level's drift, the variant's own drift, final accuracy (mean, sd) at the smallest upr and at ``upr``, the drop,
     its interval's ends, seeds). The level's drift is the median over its variants of their ``upr``-update runs'
     drift (:func:`run_drift`), over the runs of :func:`_map_runs`."""
-    from .results import group_of
-    from .stats import summarize
-
     runs = _map_runs(results, task, (2, upr))
     summary = summarize(runs)
     levels = sorted({(r["spec"].get("lr") or 5e-4, group_of(r)) for r in runs}, reverse=True)
@@ -242,8 +242,6 @@ def level_drift_table(results: list[dict], task: str, upr: int = 16) -> list[str
     3's eps (variant ``acpo``): the largest of one logged update (any k, bin, rollout, seed) and the largest run mean
     at one (k, bin), with how many of its runs logged an eps > 1 and, per run, how many of its (k, bin) cells did in
     at least one update (the range over runs), over the runs of :func:`_map_runs`."""
-    from .results import group_of
-
     runs = _map_runs(results, task, (upr,))
     lines = [f"| lr | bin-0 ratio std at k = {upr - 1}, median (variants' range) | ACPO alpha 3: largest eps of one "
              "update | largest run-mean eps at one (k, bin) | ACPO runs with an eps > 1 | (k, bin) cells with an eps > 1 "
@@ -308,9 +306,10 @@ def drift_map(results: list[dict], task: str, reference: dict | None, out_png: P
 
 def _plot_drift_map(curves: dict, reference: dict | None, out_png: Path, task: str, upr: int,
                     behind: tuple[str, dict] | None = None) -> None:
-    import matplotlib
+    import matplotlib  # deferred: matplotlib, only plotting needs it
 
     matplotlib.use("Agg")
+    # deferred: matplotlib (after the Agg backend is chosen), and torch, which acpo_trl.diagnostics imports
     import matplotlib.pyplot as plt
     from matplotlib.ticker import FixedLocator, NullFormatter, NullLocator
 

@@ -6,10 +6,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from ..losses import POLICY_LOSSES
 from ..training.drift_guard import KL_THRESHOLD, MIN_TOKENS
 from .cell import DEFAULT_LR, variant_label
 from .recipe import RecipeRunSpec
 from .results import clip_free
+from .stats import difference_interval
+from .table import match_verdict
 from .testbed import RunSpec, WarmupSpec
 
 PAPER_METHODS = ("acpo", "ppo_clip", "dapo", "cispo", "high_entropy", "low_entropy", "ar_lopti")
@@ -29,8 +32,6 @@ def build_grid(
     """methods x uprs x seeds per task, plus ACPO at each alpha of ``alphas`` x uprs x seeds (the alpha sweep:
     with ACPO's default 3.0 from the main grid it is {0.5, 1, 3}). ``methods`` defaults to every registered
     policy loss. Ordered seed-major, so a partial grid has whole seeds."""
-    from ..losses import POLICY_LOSSES
-
     base = base or RunSpec()
     methods = tuple(methods) if methods else tuple(sorted(POLICY_LOSSES))
     specs = []
@@ -221,9 +222,6 @@ def ablation_matches(results: list[dict]) -> tuple:
     """The entries of ``ABLATION_VARIANTS`` that match ACPO alpha 3 at 16 updates per rollout in ``results`` (the
     finished runs; ``table.match_verdict``: the paired interval to ACPO alpha 3 holds 0, the one to DAPO lies above
     0). They join the second task with their part-1 settings."""
-    from .stats import difference_interval
-    from .table import match_verdict
-
     group = ablation_grid(seeds_off_policy=range(1), seeds_near=())[0].group
     finals: dict = {}
     for r in results:

@@ -130,9 +130,10 @@ def plot_mechanism(results: list[dict], plot_dir: str | Path) -> list[str]:
     gradient share over the late updates, one line per (variant, regime) (a colour per variant; solid: the most
     updates per rollout); against the update index k, the low-probability bins' gradient share at the most updates
     per rollout. Returns the PNG paths."""
-    import matplotlib
+    import matplotlib  # deferred: matplotlib, only plotting needs it
 
     matplotlib.use("Agg")
+    # deferred: matplotlib (after the Agg backend is chosen), and torch, which acpo_trl.diagnostics imports
     import matplotlib.pyplot as plt
 
     from ..diagnostics.plots import legend, save_figure

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import subprocess
 import time
 from pathlib import Path
 
@@ -23,8 +24,6 @@ def collapsed(rewards: list[tuple[int, float]], steps: int, tail: float = 0.2) -
 
 def code_version() -> str | None:
     """The commit of the checkout the run's code came from (None outside a git checkout)."""
-    import subprocess
-
     try:
         return subprocess.run(["git", "rev-parse", "--short=12", "HEAD"], capture_output=True, text=True, timeout=10,
                               cwd=Path(__file__).resolve().parent).stdout.strip() or None
@@ -105,7 +104,7 @@ def summarize_diagnostics(entries: list[dict]) -> dict:
     of ``MAX_TRACKED``), ``grad_k[metric]["k"]`` (angle, norm ratio and shares per update index k),
     ``grad[metric]`` (shares, angle, over all k) and ``eps_rule``, the statistic of the bin rule behind ``acpo_eps`` (``"ratio"`` or ``"logratio"``), and ``eps_own``,
     whether that rule is the method's own (False: ACPO's, not applied)."""
-    from ..diagnostics.plots import bin_table
+    from ..diagnostics.plots import bin_table  # deferred: torch, which acpo_trl.diagnostics imports
 
     bins = {name: {f"{k},{b}": v for (k, b), v in cells.items()} for name, cells in bin_table(entries).items()}
     largest = {name: {f"{k},{b}": v for (k, b), v in cells.items()}

@@ -10,13 +10,18 @@ from scratch, so an interrupted grid only loses the runs that were in flight.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
+import traceback
 from dataclasses import dataclass
 from pathlib import Path
+
+import torch
 
 from .recipe import RecipeRunSpec
 from .results import finished_runs, is_done, load_results, read_result
@@ -89,9 +94,6 @@ def work(queue_file: str | Path, out_dir: str | Path, cache_dir: str | Path, ses
     that fit the memory beside the other workers' runs first; ``budget_gib`` defaults to
     :func:`memory_budget_gib`), waiting ``poll_s`` while none fits. A failing run leaves ``error.txt`` and the
     worker goes on."""
-    import fcntl
-    import traceback
-
     out_dir = Path(out_dir)
     specs = [spec_from_json(d) for d in json.loads(Path(queue_file).read_text())]
     budget_gib = memory_budget_gib() if budget_gib is None else budget_gib
@@ -127,8 +129,6 @@ def run_grid(specs: list[RunSpec] | list[RecipeRunSpec], out_dir: str | Path, ca
     log(f"{len(specs)} runs, {len(specs) - len(todo)} already finished, {len(todo)} to run, {max(jobs, 1)} at a time")
     if todo:
         if jobs == 0 and any(isinstance(s, RunSpec) for s in todo):
-            import torch
-
             torch.set_num_threads(1)  # two threads on a shared, oversubscribed 2-core machine were slower than one
             if cpu_kernels() != CPU_KERNELS["ATEN_CPU_CAPABILITY"].upper():
                 log(f"warning: torch runs {cpu_kernels()} kernels in this process, the study's workers AVX2: these "
@@ -185,8 +185,6 @@ def check_reproduces(specs: list, out_dir: str | Path, cache_dir: str | Path, lo
     would) and compare its held-out evaluations and rollout rewards with the stored ones, bit for bit. None when
     nothing is finished yet. A testbed run is chaotic, and the warm-up every run starts from depends on how the
     machine's kernels round, so a machine that does not reproduce the finished runs is another testbed."""
-    import tempfile
-
     out_dir = Path(out_dir)
     done = [s for s in specs if isinstance(s, RunSpec) and is_done(s, out_dir)]
     if not done:

@@ -14,6 +14,7 @@ digits with the Qwen2 pre-tokenizer. Digits are single tokens here (``Digits(ind
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import math
@@ -23,7 +24,10 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
 from ..data.testbed import Problem, rl_dataset, task_problems
+from ..evaluation.generation import SamplingSettings, TransformersBackend, tokenize_prompt
 from ..rewards.testbed import BOXED, addition_reward
 from ..utils.tiny_models import SPECIAL_TOKENS, chat_tokenizer, tiny_qwen2
 from .cell import DEFAULT_LR, GridCell
@@ -50,7 +54,7 @@ def pin_cpu_kernels(env: dict | None = None) -> dict:
 
 def cpu_kernels() -> str:
     """The CPU kernels torch dispatches to in this process ("AVX2", "AVX512", ...): a run's result records it."""
-    import torch
+    import torch  # deferred: torch, which only a run needs (a grid's specs and plan do not)
 
     return torch.backends.cpu.get_cpu_capability()
 
@@ -104,8 +108,6 @@ def _render_completion(answer: int) -> str:
 def train_tokenizer(task: str, vocab_size: int, path: Path):
     """Train a byte-level BPE (digits kept as single tokens) on the task's texts; save and reload it with
     ``PreTrainedTokenizerFast``."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.Sequence(
         [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)]
@@ -141,8 +143,6 @@ def warm_up(spec: WarmupSpec, cache_dir: str | Path, log=print) -> Path:
     last, so an interrupted warm-up is redone; concurrent callers wait on a lock while one trains it). The folder is
     named by the spec and the CPU kernels it is trained with, so a warm-up made with other kernels is never reused
     (:data:`CPU_KERNELS`)."""
-    import fcntl
-
     out = Path(cache_dir) / f"{spec.key()}-{cpu_kernels().lower()}"
     if (out / "done").exists():
         return out
@@ -155,7 +155,7 @@ def warm_up(spec: WarmupSpec, cache_dir: str | Path, log=print) -> Path:
 
 
 def _train_warm_up(spec: WarmupSpec, out: Path, log) -> None:
-    import torch
+    import torch  # deferred: torch, which only a run needs (a grid's specs and plan do not)
 
     start = time.time()
     tokenizer = train_tokenizer(spec.task, spec.vocab_size, out)
@@ -216,7 +216,7 @@ def weights_digest(model) -> str:
 
 def load_warm_model(path: Path):
     """(model, tokenizer) from a :func:`warm_up` folder."""
-    from transformers import Qwen2ForCausalLM
+    from transformers import Qwen2ForCausalLM  # deferred: transformers and torch, which only a run needs
 
     tokenizer = load_tokenizer(path)
     model = Qwen2ForCausalLM.from_pretrained(path)
@@ -229,8 +229,6 @@ def evaluate(model, tokenizer, problems: list[Problem], *, k: int = 8, max_new_t
     """Held-out accuracy: ``sampled`` (mean over k samples at T = 1, seeded), ``greedy``, ``greedy_carry``
     (greedy on the carry problems), ``format`` (share of samples with exactly one \\boxed{}). Sampled with the
     evaluation code's transformers backend (the global RNG state and the train mode are left as they were)."""
-    from ..evaluation.generation import SamplingSettings, TransformersBackend, tokenize_prompt
-
     prompts = [tokenize_prompt(tokenizer, [{"role": "user", "content": p.question}]) for p in problems]
     answers = [str(p.answer) for p in problems]
 
@@ -285,12 +283,13 @@ class RunSpec(GridCell):
     def run(self, out_dir: str | Path, cache_dir: str | Path) -> dict:
         """Train this run in this process and write ``<out_dir>/runs/<run_id>/``: ``spec.json``, ``metrics.jsonl``
         (every log entry, with the diagnostics) and, last, ``result.json``. Returns the result."""
+        # deferred: torch, transformers and TRL's trainer, which only a run needs (a grid's specs and plan do not)
         import torch
         from transformers import PrinterCallback, TrainerCallback
 
-        from ..training.callbacks import MetricsJSONLCallback
         from ..config import ACPOConfig
         from ..trainer import ACPOTrainer
+        from ..training.callbacks import MetricsJSONLCallback
 
         run_dir = Path(out_dir) / "runs" / self.run_id
         run_dir.mkdir(parents=True, exist_ok=True)

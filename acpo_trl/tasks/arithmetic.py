@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 
+from ..data.arithmetic import arithmetic_dataset
+from ..rewards.math import math_reward
 from ..utils.number_checks import NON_NEGATIVE, Range, check_numbers
 from .registry import Task, TaskSpec, register_task
 
@@ -45,9 +47,6 @@ class ArithmeticOptions:
 
 def _arithmetic(op: str):
     def build(args, seed: int) -> Task:
-        from ..data.arithmetic import arithmetic_dataset
-        from ..rewards.math import math_reward
-
         def draw(n, offset, distinct=False):
             return arithmetic_dataset(n, args.arithmetic_digits, seed + offset, args.prompt_template,
                                       args.arithmetic_shots, distinct=distinct, op=op)

@@ -8,6 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..rewards.countdown import CountdownReward, countdown_reward
 from ..utils.number_checks import NON_NEGATIVE, Range, check_numbers
 from .registry import BenchmarkSource, Task, TaskSpec, register_task
 
@@ -34,8 +35,7 @@ class CountdownOptions:
 
 
 def build(args, seed: int) -> Task:
-    from ..data.countdown import generate_countdown, load_countdown
-    from ..rewards.countdown import CountdownReward
+    from ..data.countdown import generate_countdown, load_countdown  # deferred: data.countdown imports datasets
 
     size = (args.countdown_min_numbers, args.countdown_max_numbers)
 
@@ -51,8 +51,7 @@ def build(args, seed: int) -> Task:
 
 def test_rows(source: BenchmarkSource):
     """TinyZero's test rows: ``source.path``, else ``data_dir/countdown/test_nums_target.jsonl``, else the Hub."""
-    from ..data.countdown import HUB_ID, load_countdown
-    from ..rewards.countdown import countdown_reward
+    from ..data.countdown import HUB_ID, load_countdown  # deferred: data.countdown imports datasets
 
     if source.path is not None:
         return load_countdown(source.path, template=source.template), countdown_reward

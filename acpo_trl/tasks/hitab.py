@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..rewards.hitab import hitab_reward
 from .registry import BenchmarkSource, Task, TaskSpec, register_task
 
 
@@ -22,8 +23,7 @@ class HitabOptions:
 
 
 def build(args, seed: int) -> Task:
-    from ..data.hitab import load_hitab
-    from ..rewards.hitab import hitab_reward
+    from ..data.hitab import load_hitab  # deferred: data.hitab imports datasets
 
     if not args.dataset_name or not args.hitab_tables_dir:
         raise ValueError("task='hitab' needs `dataset_name` (HiTab samples jsonl or Hub id) and `hitab_tables_dir` "
@@ -36,8 +36,7 @@ def build(args, seed: int) -> Task:
 
 
 def test_samples(source: BenchmarkSource):
-    from ..data.hitab import load_hitab
-    from ..rewards.hitab import hitab_reward
+    from ..data.hitab import load_hitab  # deferred: data.hitab imports datasets
 
     path, tables = source.path, source.hitab_tables_dir
     if path is None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import functools
 from pathlib import Path
 
+from ..data.math import ORZ_HUB_ID, load_math_eval, load_orz
+from ..rewards.math import MathReward, math_reward
 from .registry import BenchmarkSource, Task, TaskSpec, register_task
 
 MATH_BENCHMARKS = {  # benchmark name -> folder under <data_dir>/math_eval
@@ -22,9 +24,6 @@ EVAL_MATH_TIMEOUT = 5.0  # seconds per math-verify check when scoring a benchmar
 
 
 def build(args, seed: int) -> Task:
-    from ..data.math import ORZ_HUB_ID, load_math_eval, load_orz
-    from ..rewards.math import math_reward
-
     train = load_orz(args.dataset_name or ORZ_HUB_ID, template=args.prompt_template, split=args.dataset_train_split)
     held_out = load_math_eval("math500", path=args.eval_dataset_name, template=args.prompt_template)
     return Task(train, held_out, [math_reward])
@@ -35,14 +34,10 @@ def eval_math_reward():
     """The benchmarks' math reward: training bounds every check at 0.9 s so that no completion stalls a step, but
     an evaluation must not score 0 a correct answer that is merely slow to verify (the longest Minerva golds took
     1-2 s on a loaded 2-core machine), so its deadline is 5 s. One instance: its checker processes are reused."""
-    from ..rewards.math import MathReward
-
     return MathReward(timeout=EVAL_MATH_TIMEOUT)
 
 
 def math_set(name: str, source: BenchmarkSource):
-    from ..data.math import load_math_eval
-
     path = source.path
     if path is None and source.data_dir is not None:
         path = str(Path(source.data_dir) / "math_eval" / MATH_BENCHMARKS[name] / "test.jsonl")

@@ -25,6 +25,7 @@ import functools
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib.metadata import entry_points
 from typing import Any
 
 from trl import ScriptArguments
@@ -144,8 +145,6 @@ def registered() -> dict[str, TaskSpec]:
     global _entry_points_loaded
     if not _entry_points_loaded:
         _entry_points_loaded = True
-        from importlib.metadata import entry_points
-
         for point in entry_points(group=ENTRY_POINT_GROUP):
             try:
                 point.load()

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..data.running_sum import RunningSum
+from ..rewards.math import math_reward
 from ..utils.number_checks import check_numbers
 from .registry import Task, TaskSpec, register_task
 
@@ -43,16 +45,12 @@ class RunningSumOptions:
 
 def spec(args):
     """The running-sum task ``args``' fields describe (``acpo_trl.data.running_sum.RunningSum``, checked there)."""
-    from ..data.running_sum import RunningSum
-
     return RunningSum(terms=args.running_sum_terms, max_term=args.running_sum_max_term, shots=args.running_sum_shots,
                       style=args.running_sum_style, unique=args.running_sum_unique,
                       template=getattr(args, "prompt_template", "chat"))
 
 
 def build(args, seed: int) -> Task:
-    from ..rewards.math import math_reward
-
     train, held_out = spec(args).datasets(args.num_train_tasks, args.num_eval_tasks, seed)
     return Task(train, held_out, [math_reward])
 

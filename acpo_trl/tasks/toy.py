@@ -16,7 +16,7 @@ TOY_LETTERS = "abcdefgh"
 
 def toy_dataset(num_prompts: int = 64, seed: int = 0):
     """Prompts ``"Write the letter x:"`` with the letter in a ``letter`` column, as a ``datasets.Dataset``."""
-    from datasets import Dataset
+    from datasets import Dataset  # deferred: the datasets library is heavy, and only building a dataset needs it
 
     rng = random.Random(seed)
     letters = [rng.choice(TOY_LETTERS) for _ in range(num_prompts)]

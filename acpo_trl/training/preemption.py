@@ -26,6 +26,7 @@ import sys
 import time
 from pathlib import Path
 
+import torch
 from transformers import TrainerCallback
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR, get_last_checkpoint
 
@@ -82,8 +83,6 @@ class StopOnSignal(TrainerCallback):
 
     def _asked(self, args) -> int:
         """The signal any process was told to stop by (0: none), the same on every process."""
-        import torch
-
         asked = torch.tensor(self.signum or 0, device=args.device)
         if args.world_size > 1:
             torch.distributed.all_reduce(asked, op=torch.distributed.ReduceOp.MAX)

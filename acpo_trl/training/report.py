@@ -4,9 +4,13 @@ settings, the drift guard's line in both, and the one log line a run says when A
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from ..losses.table import method_fields
-from .drift_guard import FALLBACK, KL_THRESHOLD, OWN, UNDECIDED
+from .drift_guard import FALLBACK, KL_THRESHOLD, OWN, UNDECIDED, DriftGuard
+
+if TYPE_CHECKING:  # for the annotations only: the config imports TRL
+    from ..config import ACPOConfig
 
 
 def guard_summary(args, updates_applied: int, rollouts_cut: int, steps: int) -> str:

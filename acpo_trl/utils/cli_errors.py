@@ -22,6 +22,8 @@ import os
 import sys
 from contextlib import contextmanager
 
+import yaml
+
 DEBUG_ENV_VAR = "ACPO_DEBUG"
 
 # How to install the optional packages that a setting can need (setup.py's extras).
@@ -116,8 +118,6 @@ def parse_config(parser, argv: list[str] | None) -> tuple:
     (``usage_error``), a missing or malformed ``--config`` file, an unknown field (with the closest known one), a
     value that a config's ``__post_init__`` rejects (``ValueError``: this project's configs name the field and the
     fix), and an optional package that a field needs (``deepspeed``)."""
-    import yaml
-
     parser.error = functools.partial(usage_error, parser.prog)
     args = sys.argv[1:] if argv is None else list(argv)
     if "--config" in args:

@@ -7,6 +7,8 @@ import os
 import socket
 from urllib.parse import urlparse
 
+from huggingface_hub import constants
+
 from .cli_errors import UserError
 
 
@@ -16,8 +18,6 @@ class HubUnreachableError(RuntimeError):
 
 def _connection_error(timeout: float) -> OSError | None:
     """The error of opening a TCP connection to the Hub endpoint (``HF_ENDPOINT``), or None when it opens."""
-    from huggingface_hub import constants
-
     endpoint = urlparse(constants.ENDPOINT)
     host, port = endpoint.hostname, endpoint.port or (443 if endpoint.scheme == "https" else 80)
     try:
@@ -31,8 +31,6 @@ def check_hub_reachable(timeout: float = 5.0) -> None:
     """Raise ``HubUnreachableError`` unless a TCP connection to the Hub endpoint opens within ``timeout`` s.
 
     Honours ``HF_HUB_OFFLINE`` and ``HF_ENDPOINT`` as ``huggingface_hub`` does."""
-    from huggingface_hub import constants
-
     if constants.HF_HUB_OFFLINE:
         raise HubUnreachableError(
             "push_to_hub: HF_HUB_OFFLINE is set, so nothing can be pushed. Unset it (and log in with "
@@ -54,7 +52,8 @@ def check_model_source(name: str, field: str = "model_name_or_path", revision: s
 
     Transformers' own errors for these cases name neither the setting nor the fix (a missing folder becomes
     "Repo id must be in the form ..."), and an uncached id offline fails only when the model is loaded."""
-    from huggingface_hub import constants, repo_exists, try_to_load_from_cache
+    # deferred: huggingface_hub's API (0.2-0.3 s, 300 modules; its `constants` alone are light), for a model to check
+    from huggingface_hub import repo_exists, try_to_load_from_cache
     from huggingface_hub.errors import HFValidationError
     from huggingface_hub.utils import validate_repo_id
 

@@ -58,6 +58,7 @@ def _rebuild(target: Path) -> None:
     source = _gguf_dir()
     if importlib.util.find_spec("gguf") is None:
         raise ImportError("Reading the GGUF file needs the `gguf` package: pip install 'gguf>=0.10'")
+    # deferred: torch and transformers, for the one-time rebuild and after the packages it reads are checked
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
 
@@ -119,6 +120,7 @@ def load_offline_model(cache_dir: str | os.PathLike | None = None, dtype: str = 
         dtype: torch dtype name of the returned model.
         device: device to place it on.
     """
+    # deferred: torch and transformers, which only loading the model needs (offline_model_path does not)
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

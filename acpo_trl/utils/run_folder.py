@@ -156,7 +156,7 @@ def _agree(refusal: UserError | None, state) -> None:
     leave with its status 2 (one line per launch, not one per process), the process group ended first (an exit
     after a collective with the group alive can abort on gloo: docs/recipes.md, "Multi-node")."""
     if state is not None and state.num_processes > 1:
-        from accelerate.utils import broadcast_object_list
+        from accelerate.utils import broadcast_object_list  # deferred: accelerate and torch, for a multi-process launch
 
         message = [str(refusal) if refusal is not None else None]
         broadcast_object_list(message)

@@ -9,6 +9,8 @@ recipe on them).
 
 from __future__ import annotations
 
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
 SPECIAL_TOKENS = ["<|pad|>", "<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 CHAT_TEMPLATE = (
     "{% for message in messages %}<|im_start|>{{ message['role'] }}\n{{ message['content'] }}<|im_end|>\n"
@@ -22,7 +24,7 @@ def chat_tokenizer(**source):
 
     Reload a locally trained tokenizer this way, not with ``AutoTokenizer``, which may re-split it with a
     pre-tokenizer of its own (e.g. Qwen2's digit splitting)."""
-    from transformers import PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast  # deferred: transformers, only making a tokenizer needs it
 
     tokenizer = PreTrainedTokenizerFast(
         **source,
@@ -38,8 +40,6 @@ def chat_tokenizer(**source):
 
 def build_tokenizer():
     """A byte-level BPE tokenizer with no merges: every UTF-8 byte is one token, so any text round-trips."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
-
     byte_alphabet = pre_tokenizers.ByteLevel.alphabet()
     vocab = {tok: i for i, tok in enumerate(SPECIAL_TOKENS)}
     for symbol in sorted(byte_alphabet):
@@ -54,7 +54,7 @@ def _tiny_causal_lm(config_class, model_class, tokenizer, hidden_size: int, num_
                     max_position_embeddings: int):
     """A randomly initialised (``seed``) causal LM of ``model_class`` for ``tokenizer``: 4 heads, 2 KV heads, MLP
     2 x hidden, tied embeddings; EOS and padding set from the tokenizer for ``generate``."""
-    import torch
+    import torch  # deferred: torch, only building a model needs it
 
     config = config_class(
         vocab_size=len(tokenizer),
@@ -79,7 +79,7 @@ def _tiny_causal_lm(config_class, model_class, tokenizer, hidden_size: int, num_
 def tiny_qwen2(tokenizer, *, hidden_size: int = 64, num_layers: int = 2, seed: int = 0,
                max_position_embeddings: int = 1024):
     """A tiny Qwen2 causal LM for ``tokenizer`` (:func:`_tiny_causal_lm`)."""
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    from transformers import Qwen2Config, Qwen2ForCausalLM  # deferred: transformers' model classes (and torch)
 
     return _tiny_causal_lm(Qwen2Config, Qwen2ForCausalLM, tokenizer, hidden_size, num_layers, seed,
                            max_position_embeddings)
@@ -89,7 +89,7 @@ def tiny_llama(tokenizer, *, hidden_size: int = 64, num_layers: int = 2, seed: i
                max_position_embeddings: int = 1024):
     """A tiny Llama causal LM for ``tokenizer``, the architecture of SmolLM2 (the offline model, ``offline:smollm2``),
     at ``tiny_qwen2``'s sizes (:func:`_tiny_causal_lm`)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM  # deferred: transformers' model classes (and torch)
 
     return _tiny_causal_lm(LlamaConfig, LlamaForCausalLM, tokenizer, hidden_size, num_layers, seed,
                            max_position_embeddings)

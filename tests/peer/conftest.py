@@ -6,13 +6,11 @@ package's tests only and restored after them.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 
 from .expectations import EXPECTED_FAILURES
 from .offline_hub import build_offline_hub
-from .upstream import PACKAGE, PEER_DIR, TESTS_DIR, missing_repos, peer_trainer_name, use_local_zen
+from .upstream import PACKAGE, PEER_DIR, TESTS_DIR, missing_repos, use_local_zen
 
 if TESTS_DIR.is_dir():
     from .upstream import upstream_conftest, upstream_test_module
