@@ -483,7 +483,7 @@ def _run(args, specs: list, todo: list, cache: Path) -> int:
     """Run the grid (``todo``: its unfinished specs) into ``args.out``, then its report; returns the exit status."""
     testbed = all(isinstance(spec, RunSpec) for spec in specs)
     if testbed and args.jobs == 0:
-        pin_cpu_kernels()  # before torch is imported: the runs train in this process
+        pin_cpu_kernels()  # before torch runs a kernel (ATen reads them at its first dispatch, not at import)
     left: list = []
     if testbed and not args.no_check and 0 < len(todo) < len(specs):
         specs, left = _runnable_here(specs, args.out, cache)

@@ -40,7 +40,8 @@ ANSWER_FORMAT = "The answer is \\boxed{{{}}}."
 # from lands elsewhere. ATen picks its vectorised CPU kernels by the machine, so machines disagree: the add2 warm-up
 # gave a step-0 held-out accuracy of 0.34 with AVX-512 kernels against 0.43 with AVX2 ones. Pinned to AVX2 (and MKL
 # to its reproducible AVX2 path), an AVX-512 machine reproduced a run made on another machine bit for bit
-# (docs/RESULTS.md, "Reproducibility"). torch reads these at import: `acpo-study run` sets them for its workers.
+# (docs/RESULTS.md, "Reproducibility"). ATen reads them at its first kernel dispatch: `acpo-study run` sets them for its
+# workers, and before any run in its own process.
 CPU_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"}
 
 
