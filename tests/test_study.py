@@ -1091,4 +1091,13 @@ def test_the_coupling_measurement_spreads_paired_differences_of_kept_models(tmp_
     assert "| per batch | +0.00 | 0.00 |" in table
     capsys.readouterr()
     assert main(["coupling", "--out", str(out), "--pairs", "acpo:unclipped", "--limit", "4"]) == 0  # resumable
-    assert "8 evaluations, 8 already done, 0 to run" in capsys.readouterr().out
+    assert "8 evaluations stored" in capsys.readouterr().out
+    # coupling.json is the store: with the models and their samples gone (another session), the same table
+    shutil.rmtree(out / "models")
+    shutil.rmtree(out / "coupling" / "evals")
+    (out / "coupling.md").unlink()
+    assert main(["coupling", "--out", str(out), "--pairs", "acpo:unclipped", "--limit", "4"]) == 0
+    assert (out / "coupling.md").read_text() == table
+    with pytest.raises(SystemExit) as err:  # counts on 4 problems do not pair with counts on 3
+        main(["coupling", "--out", str(out), "--pairs", "acpo:unclipped", "--limit", "3"])
+    assert err.value.code == 2 and "give --limit 4" in capsys.readouterr().err

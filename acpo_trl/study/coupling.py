@@ -13,7 +13,9 @@ under three ways of drawing the samples:
 The first two are ``acpo-eval`` runs of each kept model (``<out>/models/<run_id>``), two at a time, resumable (their
 samples under ``<out>/coupling/evals/``); ``coupling.json`` keeps every model's correct samples per problem under
 each scheme and ``coupling.md`` the spreads, with a bootstrap interval (over seeds) of each scheme's SD relative to
-per-batch seeding's.
+per-batch seeding's. ``coupling.json`` is the measurement's store: a model whose counts it holds is not evaluated
+again and counts after its weights are gone, so a grid that outlives the machine its models were kept on (they
+are 0.5 GB each, not committed) is measured session by session, each session's models before it ends.
 """
 
 from __future__ import annotations
@@ -33,15 +35,19 @@ INDEPENDENT_OFFSET = 1000  # the second evaluation seed of a model: another draw
 SCHEMES = ("independent", "per batch", "coupled")
 
 
-def evaluation_jobs(results: list[dict], out_dir: Path, methods: set[str], limit: int) -> list[dict]:
-    """One ``acpo-eval`` job per kept model of ``methods`` and evaluation seed (the run's seed and seed + 1000)."""
-    jobs = []
+def evaluation_jobs(results: list[dict], out_dir: Path, methods: set[str], limit: int,
+                    stored: dict | None = None) -> list[dict]:
+    """One ``acpo-eval`` job per kept model of ``methods`` and evaluation seed (the run's seed and seed + 1000),
+    but those whose counts ``stored`` (:func:`read_store`'s models) already holds."""
+    jobs, stored = [], stored or {}
     for r in sorted(results, key=lambda r: r["run_id"]):
         spec = r["spec"]
         model = out_dir / "models" / r["run_id"]
         if spec["method"] not in methods or not model.is_dir():
             continue
         for seed in (spec["seed"], spec["seed"] + INDEPENDENT_OFFSET):
+            if _scheme(seed, spec["seed"]) in stored.get(r["run_id"], {}):
+                continue
             jobs.append({"run_id": r["run_id"], "seed": seed, "model": str(model), "recipe": spec["recipe"],
                          "task": spec["task"], "output_dir": str(out_dir / "coupling" / "evals" / r["run_id"] /
                                                                    f"seed{seed}"),
@@ -89,17 +95,33 @@ def correct_per_problem(output_dir: str | Path) -> list[int]:
     return [sum(sample["score"] >= 1.0 for sample in problem["samples"]) for problem in problems]
 
 
-def collect(results: list[dict], jobs: list[dict], limit: int) -> dict:
-    """``{run_id: {"variant", "seed", "k", "per batch": [...], "second seed": [...], "coupled": [...]}}``: each kept
-    model's correct samples per problem, on the first ``limit`` problems, under each draw."""
+def _scheme(eval_seed: int, run_seed: int) -> str:
+    return "per batch" if eval_seed == run_seed else "second seed"
+
+
+def read_store(out_dir: Path, limit: int) -> dict:
+    """The models of ``out_dir``'s ``coupling.json`` ({} when there is none); refused if it was measured on another
+    number of problems (its counts would not pair with new ones)."""
+    path = out_dir / "coupling.json"
+    if not path.is_file():
+        return {}
+    store = json.loads(path.read_text())
+    if store["limit"] != limit:
+        raise ValueError(f"{path} holds counts on {store['limit']} problems, not --limit {limit}: give --limit "
+                         f"{store['limit']}, or move the file away to measure afresh")
+    return store["models"]
+
+
+def collect(results: list[dict], jobs: list[dict], limit: int, stored: dict | None = None) -> dict:
+    """``{run_id: {"variant", "seed", "per batch": [...], "second seed": [...], "coupled": [...]}}``: each model's
+    correct samples per problem, on the first ``limit`` problems, under each draw: ``stored``'s, with the jobs' added."""
     by_run = {r["run_id"]: r for r in results}
-    models: dict = {}
+    models = {run_id: dict(entry) for run_id, entry in (stored or {}).items()}
     for job in jobs:
         r = by_run[job["run_id"]]
         entry = models.setdefault(job["run_id"], {"variant": r["variant"], "seed": r["spec"]["seed"],
                                                   "coupled": (r.get("correct") or {}).get("after", [])[:limit]})
-        key = "per batch" if job["seed"] == r["spec"]["seed"] else "second seed"
-        entry[key] = correct_per_problem(job["output_dir"])
+        entry[_scheme(job["seed"], r["spec"]["seed"])] = correct_per_problem(job["output_dir"])
     return models
 
 
@@ -172,13 +194,17 @@ def measure(out_dir: str | Path, pairs: list[tuple[str, str]], limit: int = 100,
     ``out_dir``; returns the table."""
     out_dir = Path(out_dir)
     results = [r for r in load_results(out_dir) if (r.get("correct") or {}).get("after")]
-    jobs = evaluation_jobs(results, out_dir, {m for pair in pairs for m in pair}, limit)
-    if not jobs:
-        raise ValueError(f"{out_dir}: no kept model of {sorted({m for pair in pairs for m in pair})} "
-                         "(a grid keeps them under models/)")
+    methods = {m for pair in pairs for m in pair}
+    stored = read_store(out_dir, limit)
+    jobs = evaluation_jobs(results, out_dir, methods, limit, stored)
+    if not jobs and not stored:
+        raise ValueError(f"{out_dir}: no kept model of {sorted(methods)} (a grid keeps them under models/)")
+    log(f"{sum(len(SCHEMES) - 1 - (not m.get('per batch')) - (not m.get('second seed')) for m in stored.values())} "
+        f"evaluations stored in {out_dir / 'coupling.json'}")
     run_evaluations(jobs, parallel, log)
-    k = json.loads((Path(jobs[0]["output_dir"]) / "results.json").read_text())["settings"]["k"]
-    models = collect(results, jobs, limit)
+    k = (json.loads((Path(jobs[0]["output_dir"]) / "results.json").read_text())["settings"]["k"] if jobs
+         else json.loads((out_dir / "coupling.json").read_text())["k"])
+    models = collect(results, jobs, limit, stored)
     (out_dir / "coupling.json").write_text(json.dumps({"limit": limit, "k": k, "models": models}, indent=1))
     lines = ["# The coupled evaluation's gain", "",
              f"The first {limit} held-out problems x {k}; paired differences of final avg@{k} in points (study/"
