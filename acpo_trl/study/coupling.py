@@ -38,7 +38,7 @@ SCHEMES = ("independent", "per batch", "coupled")
 def evaluation_jobs(results: list[dict], out_dir: Path, methods: set[str], limit: int,
                     stored: dict | None = None) -> list[dict]:
     """One ``acpo-eval`` job per kept model of ``methods`` and evaluation seed (the run's seed and seed + 1000),
-    but those whose counts ``stored`` (:func:`read_store`'s models) already holds."""
+    but those whose counts ``stored`` (the models of :func:`read_store`'s store) already holds."""
     jobs, stored = [], stored or {}
     for r in sorted(results, key=lambda r: r["run_id"]):
         spec = r["spec"]
@@ -46,7 +46,7 @@ def evaluation_jobs(results: list[dict], out_dir: Path, methods: set[str], limit
         if spec["method"] not in methods or not model.is_dir():
             continue
         for seed in (spec["seed"], spec["seed"] + INDEPENDENT_OFFSET):
-            if _scheme(seed, spec["seed"]) in stored.get(r["run_id"], {}):
+            if _eval_key(seed, spec["seed"]) in stored.get(r["run_id"], {}):
                 continue
             jobs.append({"run_id": r["run_id"], "seed": seed, "model": str(model), "recipe": spec["recipe"],
                          "task": spec["task"], "output_dir": str(out_dir / "coupling" / "evals" / r["run_id"] /
@@ -95,21 +95,24 @@ def correct_per_problem(output_dir: str | Path) -> list[int]:
     return [sum(sample["score"] >= 1.0 for sample in problem["samples"]) for problem in problems]
 
 
-def _scheme(eval_seed: int, run_seed: int) -> str:
-    return "per batch" if eval_seed == run_seed else "second seed"
+EVALS = ("per batch", "second seed")  # a model's acpo-eval counts: at its run's seed, and at the other seed
+
+
+def _eval_key(eval_seed: int, run_seed: int) -> str:
+    return EVALS[eval_seed != run_seed]
 
 
 def read_store(out_dir: Path, limit: int) -> dict:
-    """The models of ``out_dir``'s ``coupling.json`` ({} when there is none); refused if it was measured on another
-    number of problems (its counts would not pair with new ones)."""
+    """``out_dir``'s ``coupling.json`` (``{"limit", "k", "models"}``; with no models when there is none); refused if
+    it was measured on another number of problems (its counts would not pair with new ones)."""
     path = out_dir / "coupling.json"
     if not path.is_file():
-        return {}
+        return {"limit": limit, "k": None, "models": {}}
     store = json.loads(path.read_text())
     if store["limit"] != limit:
         raise ValueError(f"{path} holds counts on {store['limit']} problems, not --limit {limit}: give --limit "
                          f"{store['limit']}, or move the file away to measure afresh")
-    return store["models"]
+    return store
 
 
 def collect(results: list[dict], jobs: list[dict], limit: int, stored: dict | None = None) -> dict:
@@ -121,7 +124,7 @@ def collect(results: list[dict], jobs: list[dict], limit: int, stored: dict | No
         r = by_run[job["run_id"]]
         entry = models.setdefault(job["run_id"], {"variant": r["variant"], "seed": r["spec"]["seed"],
                                                   "coupled": (r.get("correct") or {}).get("after", [])[:limit]})
-        entry[_scheme(job["seed"], r["spec"]["seed"])] = correct_per_problem(job["output_dir"])
+        entry[_eval_key(job["seed"], r["spec"]["seed"])] = correct_per_problem(job["output_dir"])
     return models
 
 
@@ -195,15 +198,14 @@ def measure(out_dir: str | Path, pairs: list[tuple[str, str]], limit: int = 100,
     out_dir = Path(out_dir)
     results = [r for r in load_results(out_dir) if (r.get("correct") or {}).get("after")]
     methods = {m for pair in pairs for m in pair}
-    stored = read_store(out_dir, limit)
+    store = read_store(out_dir, limit)
+    stored = store["models"]
     jobs = evaluation_jobs(results, out_dir, methods, limit, stored)
     if not jobs and not stored:
         raise ValueError(f"{out_dir}: no kept model of {sorted(methods)} (a grid keeps them under models/)")
-    log(f"{sum(len(SCHEMES) - 1 - (not m.get('per batch')) - (not m.get('second seed')) for m in stored.values())} "
-        f"evaluations stored in {out_dir / 'coupling.json'}")
+    log(f"{sum(key in m for m in stored.values() for key in EVALS)} evaluations stored in {out_dir / 'coupling.json'}")
     run_evaluations(jobs, parallel, log)
-    k = (json.loads((Path(jobs[0]["output_dir"]) / "results.json").read_text())["settings"]["k"] if jobs
-         else json.loads((out_dir / "coupling.json").read_text())["k"])
+    k = store["k"] or json.loads((Path(jobs[0]["output_dir"]) / "results.json").read_text())["settings"]["k"]
     models = collect(results, jobs, limit, stored)
     (out_dir / "coupling.json").write_text(json.dumps({"limit": limit, "k": k, "models": models}, indent=1))
     lines = ["# The coupled evaluation's gain", "",
