@@ -50,6 +50,9 @@ def test_table_means_drops_ranks_and_collapses():
     assert rows["dapo"]["regimes"][2]["final"][1] == pytest.approx(0.1414, abs=1e-3)  # sample sd
     assert rows["acpo"]["drop"][8] == pytest.approx(0.25)
     assert rows["acpo"]["avg_rank"] == 1.0 and rows["dapo"]["avg_rank"] == 2.0
+    tied = summarize(results + [_result("add1", "unclipped", u, s, 0.8 if u == 2 else 0.6) for u in (2, 8)
+                                for s in range(2)])["add1"]["rows"]
+    assert [tied[v]["ranks"] for v in ("acpo", "unclipped", "dapo")] == [[1.5, 1.5], [1.5, 1.5], [3.0, 3.0]]
     assert rows["dapo"]["regimes"][8]["collapsed"] == 1
     assert rows["dapo"]["regimes"][8]["below_start"] == 0  # the collapsed run is counted as collapsed only
     assert summarize(results, exclude_collapsed=True)["add1"]["rows"]["dapo"]["regimes"][8]["final"][0] == 0.7

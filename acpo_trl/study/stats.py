@@ -51,9 +51,8 @@ def summarize(results: list[dict], exclude_collapsed: bool = False) -> dict:
             row["drop_ci"] = {u: drop_interval(near, row["regimes"][u]["by_seed"]) for u in uprs[1:]}
             rows[variant] = row
         for upr in uprs:
-            scored = sorted(((rows[v]["regimes"][upr]["final"][0], v) for v in variants
-                             if rows[v]["regimes"][upr]["n"] > 0), key=lambda x: -x[0])
-            for rank, (_, v) in enumerate(scored, 1):
+            finals = {v: rows[v]["regimes"][upr]["final"][0] for v in variants if rows[v]["regimes"][upr]["n"] > 0}
+            for v, rank in mid_ranks(finals).items():
                 ranks[(task, v)].append(rank)
         summary[task] = {"uprs": uprs, "rows": rows}
     for task, data in summary.items():
@@ -62,6 +61,16 @@ def summarize(results: list[dict], exclude_collapsed: bool = False) -> dict:
             row["avg_rank"] = sum(values) / len(values) if values else math.nan
             row["ranks"] = values
     return summary
+
+
+def mid_ranks(scores: dict[str, float]) -> dict[str, float]:
+    """Rank 1 for the highest score; tied scores share the mean of the ranks they span (two variants tied for first
+    are 1.5 each), so that variants with the same outcome (``Identical runs``) are not ordered by name."""
+    ordered = sorted(scores.values(), reverse=True)
+    first = {}
+    for position, score in enumerate(ordered, 1):
+        first.setdefault(score, position)
+    return {v: first[s] + (ordered.count(s) - 1) / 2 for v, s in scores.items()}
 
 
 def relative_drop(near: list[float], far: list[float]) -> float:
