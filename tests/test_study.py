@@ -1070,6 +1070,7 @@ def test_the_coupling_measurement_spreads_paired_differences_of_kept_models(tmp_
     import shutil
 
     from acpo_trl.study.cli import main
+    from acpo_trl.study.coupling import spread_table
 
     recipe = toy_recipe(tmp_path, tiny_dir, num_eval_tasks=4)
     out = tmp_path / "grid"
@@ -1092,6 +1093,9 @@ def test_the_coupling_measurement_spreads_paired_differences_of_kept_models(tmp_
     assert stored["k"] == 2 and len(stored["models"]) == 4
     # identical models at the same seed draw the same samples: today's per-batch differences are 0
     assert "| per batch | +0.00 | 0.00 |" in table
+    one_seed = {run_id: m for run_id, m in stored["models"].items() if m["seed"] == 0}  # a grid's first session
+    rows = spread_table(one_seed, [("acpo", "unclipped")], stored["k"])[2:]
+    assert len(rows) == 3 and all(row.endswith("| – | n/a (an SD needs 2 seeds) |") for row in rows)
     capsys.readouterr()
     assert main(["coupling", "--out", str(out), "--pairs", "acpo:unclipped", "--limit", "4"]) == 0  # resumable
     assert "8 evaluations stored" in capsys.readouterr().out

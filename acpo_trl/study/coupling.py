@@ -179,7 +179,9 @@ def spread_table(models: dict, pairs: list[tuple[str, str]], k: int) -> list[str
             if not values:
                 continue
             spread, base_spread = sd(list(values.values())), sd(list(base.values()))
-            if scheme == "per batch":
+            if not math.isfinite(base_spread):
+                relative = "n/a (an SD needs 2 seeds)"
+            elif scheme == "per batch":
                 relative = "1"
             elif base_spread > 0:
                 lo, hi = ratio_interval(values, base)
@@ -187,7 +189,8 @@ def spread_table(models: dict, pairs: list[tuple[str, str]], k: int) -> list[str
             else:
                 relative = "n/a (the per-batch SD is 0)"
             lines.append(f"| `{first}` - `{second}` | {len(values)} | {scheme} | "
-                         f"{100 * sum(values.values()) / len(values):+.2f} | {100 * spread:.2f} | {relative} |")
+                         f"{100 * sum(values.values()) / len(values):+.2f} | "
+                         f"{f'{100 * spread:.2f}' if math.isfinite(spread) else '–'} | {relative} |")
     return lines
 
 
