@@ -188,9 +188,9 @@ def spread_table(models: dict, pairs: list[tuple[str, str]], k: int) -> list[str
                 relative = f"{spread / base_spread:.2f} [{lo:.2f}, {hi:.2f}]"
             else:
                 relative = "n/a (the per-batch SD is 0)"
+            shown = f"{100 * spread:.2f}" if math.isfinite(spread) else "–"
             lines.append(f"| `{first}` - `{second}` | {len(values)} | {scheme} | "
-                         f"{100 * sum(values.values()) / len(values):+.2f} | "
-                         f"{f'{100 * spread:.2f}' if math.isfinite(spread) else '–'} | {relative} |")
+                         f"{100 * sum(values.values()) / len(values):+.2f} | {shown} | {relative} |")
     return lines
 
 

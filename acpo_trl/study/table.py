@@ -489,7 +489,8 @@ def write_table(results: list[dict], path: str | Path | None = None, hypotheses:
         "Final sampled accuracy (T = 1, held-out problems) and the mean over the last evaluations: mean ± sd over "
         "seeds. Drop: relative change of the mean final accuracy from the smallest to each larger number of updates "
         "per rollout (positive = worse off-policy), over the seeds both regimes ran. Avg rank: over the regimes of the "
-        "task (1 = best; tied means share their mean rank). Collapsed: runs whose rollout reward fell to 0 and stayed there, per regime. Ended below "
+        "task (1 = best; tied means share their mean rank). Collapsed: runs whose rollout reward fell to 0 and stayed "
+        "there, per regime. Ended below "
         "start: runs, not collapsed, whose final sampled accuracy is below their step-0 accuracy (degraded without a "
         "full collapse). In brackets: 95% bootstrap interval of the drop, pairing the two regimes by seed (a seed's "
         "runs start from the same model and see the same prompts; seeds are resampled with their pair of runs).",
