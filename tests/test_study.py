@@ -4,6 +4,7 @@ the real command (worker processes), its resumption, and an interrupted run redo
 from __future__ import annotations
 
 import json
+import math
 import os
 import random
 import sys
@@ -74,6 +75,13 @@ def test_table_means_drops_ranks_and_collapses():
     recipe_run = _result("long", "acpo", 16, 0, 0.3)
     recipe_run["spec"]["recipe"] = "configs/study/long.yaml"  # a recipe's run starts from the recipe's model
     assert "| long | `model_name_or_path` of configs/study/long.yaml | 0 | 1 | 0.370 |" in write_table([recipe_run])
+
+
+def test_a_table_shows_a_dash_for_no_number():
+    from acpo_trl.study.stats import shown
+
+    assert shown(12.345, "+.1f", "%") == "+12.3%" and shown(0.5, ".2f") == "0.50"
+    assert shown(math.nan, "+.1f", "%") == "–" and shown(math.inf, ".2f") == "–"
 
 
 def test_variants_paired_by_seed():

@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 
 from .results import load_results
+from .stats import shown
 
 INDEPENDENT_OFFSET = 1000  # the second evaluation seed of a model: another draw, sharing no noise with the first
 SCHEMES = ("independent", "per batch", "coupled")
@@ -188,9 +189,9 @@ def spread_table(models: dict, pairs: list[tuple[str, str]], k: int) -> list[str
                 relative = f"{spread / base_spread:.2f} [{lo:.2f}, {hi:.2f}]"
             else:
                 relative = "n/a (the per-batch SD is 0)"
-            shown = f"{100 * spread:.2f}" if math.isfinite(spread) else "–"
-            lines.append(f"| `{first}` - `{second}` | {len(values)} | {scheme} | "
-                         f"{100 * sum(values.values()) / len(values):+.2f} | {shown} | {relative} |")
+            difference = 100 * sum(values.values()) / len(values)
+            lines.append(f"| `{first}` - `{second}` | {len(values)} | {scheme} | {difference:+.2f} | "
+                         f"{shown(100 * spread, '.2f')} | {relative} |")
     return lines
 
 

@@ -23,7 +23,7 @@ from collections import defaultdict
 from pathlib import Path
 
 from .results import group_of
-from .stats import clip_metric, mean
+from .stats import clip_metric, mean, shown
 
 NUM_BINS = 5
 LOW_BINS = (0, 1)
@@ -101,8 +101,8 @@ def mechanism_table(results: list[dict]) -> list[str]:
     if not profiles:
         return []
 
-    def row(values, fmt):
-        return " / ".join("–" if not math.isfinite(v) else fmt(v) for v in values)
+    def row(values, spec, scale=1):
+        return " / ".join(shown(scale * v, spec) for v in values)
 
     lines = ["## The mechanism: 2 against 16 updates per rollout", "",
              "Means over seeds, per current-probability bin 0..4 (0 = least likely): the ratio std at the last update "
@@ -118,10 +118,10 @@ def mechanism_table(results: list[dict]) -> list[str]:
         dominant = dominant_bin(p["grad_share"])
         low = by_k.get((group, variant, upr), {})
         early, late = (mean([v for k, v in low.items() if _late(k, upr) == part]) for part in (False, True))
-        lines.append(f"| {group} | `{variant}` | {upr} | {p['runs']} | {row(p['ratio_std_last'], lambda v: f'{v:.3f}')} "
-                     f"| {row(p['clip'], lambda v: f'{100 * v:.1f}')} | {row(p['grad_share'], lambda v: f'{v:.2f}')} | "
-                     f"{'–' if dominant is None else dominant} | {row([early], lambda v: f'{v:.2f}')} → "
-                     f"{row([late], lambda v: f'{v:.2f}')} | {row(p['token_frac'], lambda v: f'{100 * v:.1f}')} |")
+        lines.append(f"| {group} | `{variant}` | {upr} | {p['runs']} | {row(p['ratio_std_last'], '.3f')} "
+                     f"| {row(p['clip'], '.1f', 100)} | {row(p['grad_share'], '.2f')} | "
+                     f"{'–' if dominant is None else dominant} | {row([early], '.2f')} → "
+                     f"{row([late], '.2f')} | {row(p['token_frac'], '.1f', 100)} |")
     return lines + [""]
 
 

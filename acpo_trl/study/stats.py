@@ -124,6 +124,12 @@ def difference_interval(a: dict[int, float], b: dict[int, float], resamples: int
     return paired_interval(a, b, mean_difference, resamples, seed)
 
 
+def shown(x: float, spec: str, unit: str = "") -> str:
+    """``x`` formatted with the format ``spec`` and followed by ``unit``, or "–" where it is no number: the tables'
+    nan means "no seeds" or "an SD of one seed"."""
+    return format(x, spec) + unit if math.isfinite(x) else "–"
+
+
 def mean(values) -> float:
     values = [v for v in values if v is not None and math.isfinite(v)]
     return sum(values) / len(values) if values else math.nan

@@ -21,7 +21,7 @@ from ..training.drift_guard import FALLBACK, OWN, UNDECIDED
 from .drift import k3_at_ratio_std
 from .mechanism import mechanism_table
 from .results import group_of
-from .stats import bin_mean, clip_metric, difference_interval, mean, summarize, t_interval
+from .stats import bin_mean, clip_metric, difference_interval, mean, shown, summarize, t_interval
 
 
 def _fmt(mean: float, sd: float, n: int) -> str:
@@ -280,9 +280,7 @@ def overall_table(summary: dict) -> list[str]:
              "the nearest-on-policy to the most off-policy regime of each task.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for rank, v, n, drops in sorted(rows, key=lambda x: (x[0], x[1])):
-        finite = [d for d in drops if math.isfinite(d)]
-        cols = [f"`{v}`", str(n), f"{rank:.2f}"] + ["–" if not math.isfinite(d) else f"{100 * d:+.1f}%" for d in drops]
-        cols.append(f"{100 * sum(finite) / len(finite):+.1f}%" if finite else "–")
+        cols = [f"`{v}`", str(n), f"{rank:.2f}"] + [shown(100 * d, "+.1f", "%") for d in drops + [mean(drops)]]
         lines.append("| " + " | ".join(cols) + " |")
     return lines + [""]
 
@@ -343,7 +341,7 @@ def own_eps(result: dict, k: int, b: int) -> tuple[float, str]:
 
 
 def _pct(x: float) -> str:
-    return "–" if math.isnan(x) else f"{100 * x:.2f}" if 0 < 100 * x < 1 else f"{100 * x:.1f}"
+    return shown(100 * x, ".2f" if 0 < 100 * x < 1 else ".1f")
 
 
 def diagnostics_table(results: list[dict]) -> list[str]:
