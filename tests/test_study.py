@@ -874,6 +874,94 @@ def test_a_cells_peak_memory_is_measured_on_its_own_process():
     assert code == 3 and mine + 0.5 < peak < mine + 0.6 and after < mine + 0.1
 
 
+def test_a_cells_command_is_passed_a_preemption_and_the_cell_stops(tmp_path):
+    """SIGTERM to the process that waits on a cell's command reaches the command, which ends as it chooses (here,
+    with a line and 143, as acpo-train after its checkpoint); then StopRequested(SIGTERM), not a result, and the
+    process's own handler is back."""
+    import signal
+    import subprocess
+    import threading
+    import time
+
+    from acpo_trl.study.recipe import call_measuring_memory
+    from acpo_trl.training.preemption import StopRequested
+
+    ready, said = tmp_path / "ready", tmp_path / "said"
+    child = (f"import pathlib, signal, sys, time\n"
+             f"def stop(signum, frame):\n    pathlib.Path({str(said)!r}).write_text(signal.Signals(signum).name)\n"
+             f"    sys.exit(143)\n"
+             f"signal.signal(signal.SIGTERM, stop)\npathlib.Path({str(ready)!r}).touch()\ntime.sleep(60)\n")
+
+    def preempt():
+        while not ready.exists():
+            time.sleep(0.02)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    before = signal.getsignal(signal.SIGTERM)
+    threading.Thread(target=preempt, daemon=True).start()
+    start = time.monotonic()
+    with pytest.raises(StopRequested) as stop, open(os.devnull, "w") as null:
+        call_measuring_memory([sys.executable, "-c", child], stdout=null)
+    assert stop.value.signum == signal.SIGTERM and stop.value.code == 143
+    assert said.read_text() == "SIGTERM" and time.monotonic() - start < 30
+    assert signal.getsignal(signal.SIGTERM) is before
+    assert subprocess.run([sys.executable, "-c", "pass"]).returncode == 0  # nothing left waiting on a child
+
+
+# A grid of one recipe cell with checkpoints, run by a worker process: what `acpo-study run` does.
+ONE_CELL_GRID = """
+import sys
+from acpo_trl.study.recipe import RecipeRunSpec
+from acpo_trl.study.runner import run_grid
+
+cell = RecipeRunSpec(sys.argv[1], method="acpo", upr=2, seed=0, eval_steps=6, save_every=6)
+raise SystemExit(len(run_grid([cell], sys.argv[2], sys.argv[2] + "/cache", jobs=1)))
+"""
+
+
+@pytest.mark.slow
+def test_a_preempted_grid_stops_its_cell_with_a_checkpoint_and_resumes_from_it(tmp_path, tiny_dir):
+    """SIGTERM to the grid's process alone (a Kubernetes eviction signals the first process only): its worker and the
+    worker's acpo-train stop (the cell saves its step in flight), no other run starts, and the grid exits with 143;
+    the same command then finishes the cell from that checkpoint."""
+    import signal
+    import subprocess
+    import time
+
+    from acpo_trl.study.recipe import RecipeRunSpec
+
+    recipe = toy_recipe(tmp_path, tiny_dir, per_device_train_batch_size=4, max_steps=12)
+    out = tmp_path / "grid"
+    run_dir = out / "runs" / RecipeRunSpec(str(recipe), method="acpo", upr=2, seed=0).run_id
+    metrics = run_dir / "metrics.jsonl"
+    command = [sys.executable, "-c", ONE_CELL_GRID, str(recipe), str(out)]
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
+    with open(tmp_path / "grid.log", "w") as log:
+        grid = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        deadline = time.monotonic() + 300
+        while not (metrics.exists() and metrics.read_text()):
+            assert grid.poll() is None and time.monotonic() < deadline, (tmp_path / "grid.log").read_text()[-3000:]
+            time.sleep(0.1)
+        grid.send_signal(signal.SIGTERM)
+        status = grid.wait(timeout=300)
+    finally:
+        grid.kill()
+    said = (tmp_path / "grid.log").read_text()
+    assert status == 143, said[-3000:]
+    assert "stopped by SIGTERM: no other run was started; the same command resumes the grid" in said
+    worker = (out / "workers" / "worker0.log").read_text()
+    assert f"{run_dir.name} stopped by SIGTERM after " in worker, worker[-3000:]
+    stopped = [line for line in (run_dir / "log.txt").read_text().splitlines() if "stopped by SIGTERM after step" in line]
+    step = int(stopped[0].split("after step ")[1].split()[0])
+    assert 1 <= step < 12 and (run_dir / f"checkpoint-{step}" / "trainer_state.json").is_file()
+    assert not (run_dir / "result.json").exists() and not (out / ".acpo-lock").exists()
+    resumed = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    result = json.loads((run_dir / "result.json").read_text())
+    assert result["resumed_at"] == [step] and [e["step"] for e in result["evals"]] == [0, 6, 12]
+
+
 def test_workers_do_not_start_a_cell_that_would_overfill_the_memory(tmp_path):
     """Cells at 2 updates per rollout measured at 13 GiB do not run two at a time within 21.6 GiB: the second worker
     takes the cell at 16 updates (4 GiB) instead, then waits until the first cell at 2 ends; a cell runs alone

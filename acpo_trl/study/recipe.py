@@ -32,6 +32,7 @@ import json
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -44,6 +45,7 @@ import yaml
 from ..evaluation.generation import check_sampler
 from ..evaluation.metrics import CORRECT
 from ..recipe import make_parser
+from ..training.preemption import SIGNALS, StopRequested
 from ..utils.cli_errors import parse_config, user_input
 from .cell import GridCell
 from .results import code_version, write_result
@@ -239,14 +241,36 @@ def keep_weights(checkpoint: Path, target: Path) -> None:
 def call_measuring_memory(command: list[str], stdout) -> tuple[int, float]:
     """Run ``command`` to its end: (its exit status, the peak resident memory of its process in GiB). The peak is
     ``wait4``'s ``ru_maxrss`` for that process alone (not this one's other children), which Linux starts at this
-    process's resident memory at the fork: the larger of the two, exact for a cell that outgrows its worker."""
-    process = subprocess.Popen(command, stdout=stdout, stderr=subprocess.STDOUT)
+    process's resident memory at the fork: the larger of the two, exact for a cell that outgrows its worker.
+
+    A preemption (SIGTERM or SIGUSR1 to this process while the command runs) is passed on to the command, which
+    ``acpo-train`` answers by saving a checkpoint of its step in flight; once the command has ended, this raises
+    :class:`StopRequested` (exit status 128 + the signal's number) instead of returning, so that a grid starts no
+    other cell."""
+    told: list[int] = []
+    process = None
+
+    def pass_on(signum, frame):
+        told.append(signum)
+        if process is not None:
+            process.send_signal(signum)
+
+    previous = {s: signal.signal(s, pass_on) for s in SIGNALS}  # before the fork: no signal is missed
     try:
+        process = subprocess.Popen(command, stdout=stdout, stderr=subprocess.STDOUT)
+        if told:  # it came during the fork
+            process.send_signal(told[0])
         _, status, usage = os.wait4(process.pid, 0)
     except BaseException:
-        process.kill()
-        process.wait()
+        if process is not None:
+            process.kill()
+            process.wait()
         raise
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    if told:
+        raise StopRequested(told[0])
     process.returncode = os.waitstatus_to_exitcode(status)
     return process.returncode, usage.ru_maxrss / 1024 ** 2  # ru_maxrss is in KiB on Linux
 

@@ -5,7 +5,11 @@ finished cells of the same kind would overfill the memory (:func:`next_spec`).
 A run writes ``<out>/runs/<run_id>/``: ``spec.json``, ``metrics.jsonl`` (every training log entry, with the
 diagnostics), ``log.txt`` and, LAST, ``result.json`` (written atomically). A run with a ``result.json`` is
 finished and skipped, and so is a run packed into ``<out>/runs.jsonl.gz`` (pack.py); any other run directory is rerun
-from scratch, so an interrupted grid only loses the runs that were in flight.
+from scratch (a recipe cell with ``save_every`` resumes from its last checkpoint), so an interrupted grid only loses
+the runs that were in flight. A preemption, SIGTERM or SIGUSR1 to the grid's process or to all of them (as SLURM
+sends it), is passed on to the workers and by them to their ``acpo-train`` cells, which save their step in flight;
+no worker starts another run, and the grid exits with 128 + the signal's number (143 after SIGTERM), as
+``acpo-train`` does (training/preemption.py).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -23,6 +28,7 @@ from pathlib import Path
 
 import torch
 
+from ..training.preemption import SIGNALS, StopRequested
 from .recipe import RecipeRunSpec
 from .results import finished_runs, is_done, load_results, read_result
 from .testbed import CPU_KERNELS, RunSpec, cpu_kernels, pin_cpu_kernels
@@ -113,6 +119,9 @@ def work(queue_file: str | Path, out_dir: str | Path, cache_dir: str | Path, ses
         try:
             spec.run(out_dir, cache_dir)
             log(f"{spec.run_id} done in {time.time() - started:.0f} s")
+        except StopRequested as stop:
+            log(f"{spec.run_id} stopped by {signal.Signals(stop.signum).name} after {time.time() - started:.0f} s")
+            raise
         except Exception:  # noqa: BLE001 - one failed run must not stop the grid
             error.write_text(traceback.format_exc())
             log(f"{spec.run_id} FAILED after {time.time() - started:.0f} s (see {error})")
@@ -148,21 +157,39 @@ def run_grid(specs: list[RunSpec] | list[RecipeRunSpec], out_dir: str | Path, ca
                 pin_cpu_kernels(env)
             else:  # recipe runs: the cores shared out between the workers, unless the caller chose
                 env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
-            procs = []
-            for i in range(jobs):
-                logfile = open(work_dir / f"worker{i}.log", "a")
-                cmd = [sys.executable, "-m", "acpo_trl.study.cli", "_work", str(queue_file), "--out", str(out_dir),
-                       "--cache", str(cache_dir), "--session", session]
-                procs.append((subprocess.Popen(cmd, stdout=logfile, stderr=subprocess.STDOUT, env=env), logfile))
-            reported = set()
-            while any(p.poll() is None for p, _ in procs):
-                time.sleep(2)
-                for spec in todo:
-                    if spec.run_id not in reported and is_done(spec, out_dir):
-                        reported.add(spec.run_id)
-                        log(f"[{len(reported)}/{len(todo)}] {spec.run_id} done")
-            for _, logfile in procs:
-                logfile.close()
+            procs, told = [], []
+
+            def pass_on(signum, frame):  # a preemption: the workers stop their cells, then this process stops
+                told.append(signum)
+                for process, _ in procs:
+                    process.send_signal(signum)
+
+            previous = {s: signal.signal(s, pass_on) for s in SIGNALS}
+            try:
+                for i in range(jobs):
+                    if told:
+                        break
+                    logfile = open(work_dir / f"worker{i}.log", "a")
+                    cmd = [sys.executable, "-m", "acpo_trl.study.cli", "_work", str(queue_file), "--out",
+                           str(out_dir), "--cache", str(cache_dir), "--session", session]
+                    procs.append((subprocess.Popen(cmd, stdout=logfile, stderr=subprocess.STDOUT, env=env), logfile))
+                reported = set()
+                while any(p.poll() is None for p, _ in procs):
+                    time.sleep(2)
+                    for spec in todo:
+                        if spec.run_id not in reported and is_done(spec, out_dir):
+                            reported.add(spec.run_id)
+                            log(f"[{len(reported)}/{len(todo)}] {spec.run_id} done")
+            finally:
+                for s, handler in previous.items():
+                    signal.signal(s, handler)
+                for _, logfile in procs:
+                    logfile.close()
+            if told:
+                log(f"stopped by {signal.Signals(told[0]).name}: no other run was started; the same command resumes "
+                    "the grid (a recipe cell in flight with save_every from the checkpoint its stop saved, any other "
+                    "run in flight from its start)")
+                raise StopRequested(told[0])
         queue_file.unlink(missing_ok=True)
         queue_file.with_suffix(".lock").unlink(missing_ok=True)
     return [s.run_id for s in specs if not is_done(s, out_dir)]
