@@ -908,6 +908,22 @@ def test_a_cells_command_is_passed_a_preemption_and_the_cell_stops(tmp_path):
     assert subprocess.run([sys.executable, "-c", "pass"]).returncode == 0  # nothing left waiting on a child
 
 
+def test_a_child_started_after_the_preemption_is_told_too(tmp_path):
+    """A signal that comes while a child is being started (before ``add``) still reaches it: a grid starting its
+    workers must not leave one running on."""
+    import signal
+    import subprocess
+
+    from acpo_trl.training.preemption import PassOn, StopRequested
+
+    with pytest.raises(StopRequested) as stop:
+        with PassOn() as passing:
+            os.kill(os.getpid(), signal.SIGTERM)
+            child = passing.add(subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]))
+            status = child.wait(timeout=30)
+    assert status == -signal.SIGTERM and stop.value.code == 143
+
+
 # A grid of one recipe cell with checkpoints, run by a worker process: what `acpo-study run` does.
 ONE_CELL_GRID = """
 import sys

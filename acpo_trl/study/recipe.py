@@ -32,7 +32,6 @@ import json
 import os
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import time
@@ -45,7 +44,7 @@ import yaml
 from ..evaluation.generation import check_sampler
 from ..evaluation.metrics import CORRECT
 from ..recipe import make_parser
-from ..training.preemption import SIGNALS, StopRequested
+from ..training.preemption import PassOn
 from ..utils.cli_errors import parse_config, user_input
 from .cell import GridCell
 from .results import code_version, write_result
@@ -247,31 +246,15 @@ def call_measuring_memory(command: list[str], stdout) -> tuple[int, float]:
     ``acpo-train`` answers by saving a checkpoint of its step in flight; once the command has ended, this raises
     :class:`StopRequested` (exit status 128 + the signal's number) instead of returning, so that a grid starts no
     other cell."""
-    told: list[int] = []
-    process = None
-
-    def pass_on(signum, frame):
-        told.append(signum)
-        if process is not None:
-            process.send_signal(signum)
-
-    previous = {s: signal.signal(s, pass_on) for s in SIGNALS}  # before the fork: no signal is missed
-    try:
-        process = subprocess.Popen(command, stdout=stdout, stderr=subprocess.STDOUT)
-        if told:  # it came during the fork
-            process.send_signal(told[0])
-        _, status, usage = os.wait4(process.pid, 0)
-    except BaseException:
-        if process is not None:
+    with PassOn() as stop:
+        process = stop.add(subprocess.Popen(command, stdout=stdout, stderr=subprocess.STDOUT))
+        try:
+            _, status, usage = os.wait4(process.pid, 0)
+        except BaseException:
             process.kill()
             process.wait()
-        raise
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
-    if told:
-        raise StopRequested(told[0])
-    process.returncode = os.waitstatus_to_exitcode(status)
+            raise
+        process.returncode = os.waitstatus_to_exitcode(status)  # reaped: no signal is sent on to its pid after this
     return process.returncode, usage.ru_maxrss / 1024 ** 2  # ru_maxrss is in KiB on Linux
 
 

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from ..training.preemption import SIGNALS, StopRequested
+from ..training.preemption import PassOn, StopRequested
 from .recipe import RecipeRunSpec
 from .results import finished_runs, is_done, load_results, read_result
 from .testbed import CPU_KERNELS, RunSpec, cpu_kernels, pin_cpu_kernels
@@ -157,39 +157,31 @@ def run_grid(specs: list[RunSpec] | list[RecipeRunSpec], out_dir: str | Path, ca
                 pin_cpu_kernels(env)
             else:  # recipe runs: the cores shared out between the workers, unless the caller chose
                 env.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // jobs)))
-            procs, told = [], []
-
-            def pass_on(signum, frame):  # a preemption: the workers stop their cells, then this process stops
-                told.append(signum)
-                for process, _ in procs:
-                    process.send_signal(signum)
-
-            previous = {s: signal.signal(s, pass_on) for s in SIGNALS}
-            try:
-                for i in range(jobs):
-                    if told:
-                        break
-                    logfile = open(work_dir / f"worker{i}.log", "a")
-                    cmd = [sys.executable, "-m", "acpo_trl.study.cli", "_work", str(queue_file), "--out",
-                           str(out_dir), "--cache", str(cache_dir), "--session", session]
-                    procs.append((subprocess.Popen(cmd, stdout=logfile, stderr=subprocess.STDOUT, env=env), logfile))
-                reported = set()
-                while any(p.poll() is None for p, _ in procs):
-                    time.sleep(2)
-                    for spec in todo:
-                        if spec.run_id not in reported and is_done(spec, out_dir):
-                            reported.add(spec.run_id)
-                            log(f"[{len(reported)}/{len(todo)}] {spec.run_id} done")
-            finally:
-                for s, handler in previous.items():
-                    signal.signal(s, handler)
-                for _, logfile in procs:
-                    logfile.close()
-            if told:
-                log(f"stopped by {signal.Signals(told[0]).name}: no other run was started; the same command resumes "
-                    "the grid (a recipe cell in flight with save_every from the checkpoint its stop saved, any other "
-                    "run in flight from its start)")
-                raise StopRequested(told[0])
+            procs = []
+            with PassOn() as stop:  # a preemption: the workers stop their cells, then this process stops
+                try:
+                    for i in range(jobs):
+                        if stop.signum:
+                            break
+                        logfile = open(work_dir / f"worker{i}.log", "a")
+                        cmd = [sys.executable, "-m", "acpo_trl.study.cli", "_work", str(queue_file), "--out",
+                               str(out_dir), "--cache", str(cache_dir), "--session", session]
+                        procs.append((stop.add(subprocess.Popen(cmd, stdout=logfile, stderr=subprocess.STDOUT,
+                                                                env=env)), logfile))
+                    reported = set()
+                    while any(p.poll() is None for p, _ in procs):
+                        time.sleep(2)
+                        for spec in todo:
+                            if spec.run_id not in reported and is_done(spec, out_dir):
+                                reported.add(spec.run_id)
+                                log(f"[{len(reported)}/{len(todo)}] {spec.run_id} done")
+                finally:
+                    for _, logfile in procs:
+                        logfile.close()
+                if stop.signum:
+                    log(f"stopped by {signal.Signals(stop.signum).name}: no other run was started; the same command "
+                        "resumes the grid (a recipe cell in flight with save_every from the checkpoint its stop saved, "
+                        "any other run in flight from its start)")
         queue_file.unlink(missing_ok=True)
         queue_file.with_suffix(".lock").unlink(missing_ok=True)
     return [s.run_id for s in specs if not is_done(s, out_dir)]

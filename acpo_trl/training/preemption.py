@@ -42,6 +42,40 @@ class StopRequested(SystemExit):
         self.signum = signum
 
 
+class PassOn:
+    """A preemption passed on to child processes (``acpo-study run``'s workers, a worker's ``acpo-train``): while in
+    ``with``, SIGTERM and SIGUSR1 to this process are noted (``signum``, the first) and sent on to every child
+    :meth:`add` ed, before or after the signal came; on leaving, the earlier handlers are back, and a noted signal
+    raises :class:`StopRequested` once the body has ended (the caller waits for its children there)."""
+
+    def __init__(self):
+        self.signum: int | None = None
+        self._children: list = []
+
+    def __enter__(self):
+        self._previous = {s: signal.signal(s, self._on_signal) for s in SIGNALS}
+        return self
+
+    def _on_signal(self, signum, frame):
+        self.signum = self.signum or signum
+        for child in self._children:
+            child.send_signal(signum)
+
+    def add(self, child):
+        """Pass the signals on to ``child`` (a ``subprocess.Popen``), one that came while it was started too."""
+        self._children.append(child)
+        if self.signum:
+            child.send_signal(self.signum)
+        return child
+
+    def __exit__(self, kind, error, trace):
+        for s, handler in self._previous.items():
+            signal.signal(s, handler)
+        if error is None and self.signum:
+            raise StopRequested(self.signum)
+        return False
+
+
 class StopOnSignal(TrainerCallback):
     """The handler of SIGTERM and SIGUSR1 while ``acpo-train`` runs (``with``), and the callback that stops its
     trainer (module docstring). ``prog`` and ``args``: the command that started the run, for the line that says how
