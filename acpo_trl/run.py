@@ -51,15 +51,20 @@ def check_inputs(script_args, training_args, model_args) -> None:
             check_hub_reachable()
 
 
-def run(script_args, training_args, model_args, callbacks=None):
+def run(script_args, training_args, model_args, callbacks=None, stop=None):
     """Build the task and the trainer, train, save; with ``report``, evaluate before/after and write the outputs.
 
     ``callbacks``: extra ``TrainerCallback`` objects (``script_args.save_final_model=False`` keeps the trained
-    weights in memory only: a measurement run). Returns the trainer."""
+    weights in memory only: a measurement run). ``stop``: the run's ``StopOnSignal`` (``acpo-train``), added last,
+    so that its check at a step's end follows the step's periodic evaluation, which a preemption cuts short.
+    Returns the trainer."""
     trainer, task = build_trainer(script_args, training_args, model_args, callbacks)
     evaluator = before = None
     if script_args.report:
-        evaluator, before = start_report(trainer, task, script_args, training_args)
+        evaluator, before = start_report(trainer, task, script_args, training_args,
+                                         abandon=stop.asked if stop is not None else None)
+    if stop is not None:
+        trainer.add_callback(stop)
     start = time.time()
     trainer.train(resume_from_checkpoint=training_args.resume_from_checkpoint)
     wall_s = time.time() - start
@@ -110,9 +115,10 @@ def build_trainer(script_args, training_args, model_args, callbacks=None):
     return trainer, task
 
 
-def start_report(trainer, task, script_args, training_args):
-    """``(evaluator, before)``: the report's held-out evaluation (periodic with ``report_eval_steps``) and its
-    before-training result (shared through ``report_before_file``); ``metrics.jsonl`` starts with training."""
+def start_report(trainer, task, script_args, training_args, abandon=None):
+    """``(evaluator, before)``: the report's held-out evaluation (periodic with ``report_eval_steps``, cut short when
+    ``abandon()`` says so) and its before-training result (shared through ``report_before_file``);
+    ``metrics.jsonl`` starts with training."""
     from .evaluation.callback import EvalCallback  # deferred: TRL's trainer utilities and the datasets library
 
     # It starts the file when training begins: a run that fails before leaves an earlier run's file as it was.
@@ -122,7 +128,7 @@ def start_report(trainer, task, script_args, training_args):
     evaluator = EvalCallback(trainer, [held_out], eval_steps=script_args.report_eval_steps or 10**9,
                              k=script_args.eval_k, temperature=script_args.eval_temperature,
                              sampler=script_args.eval_sampler, batch_size=script_args.eval_batch_size,
-                             seed=training_args.seed)
+                             seed=training_args.seed, abandon=abandon)
     if script_args.report_eval_steps:
         trainer.add_callback(evaluator)  # logged to metrics.jsonl and report_to as eval/<task>/...
     return evaluator, shared_evaluation(script_args.report_before_file, evaluator.with_counts, trainer.accelerator)

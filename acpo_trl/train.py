@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> None:
     # The folder is this run's until it ends; a scheduler's SIGTERM or SIGUSR1 stops it with a checkpoint.
     with claimed(training_args.output_dir, "acpo-train", state=training_args.distributed_state), \
             StopOnSignal("acpo-train", sys.argv[1:] if argv is None else argv, training_args) as stop:
-        trainer = run(script_args, training_args, model_args, callbacks=[stop])
+        trainer = run(script_args, training_args, model_args, stop=stop)
     # The script's end: destroy the process group, as PyTorch asks of a training script (without it, NCCL warns at
     # every exit that the group was not destroyed; on gloo see docs/recipes.md, "Multi-node").
     trainer.accelerator.end_training()

@@ -175,6 +175,15 @@ class ACPOTrainer(GRPOTrainer):
             self._load_rollout_state(resume_from_checkpoint)
         return super().train(resume_from_checkpoint, *args, **kwargs)
 
+    def _run_epoch(self, *args, **kwargs):
+        """Trainer's pass over the data; none once ``max_steps`` are done. A run resumed from its last step's
+        checkpoint (a stop during the final evaluation) would otherwise train one step more: transformers counts the
+        steps only at a step's end."""
+        if self.state.global_step >= self.state.max_steps:
+            self.control.should_training_stop = True
+            return None
+        return super()._run_epoch(*args, **kwargs)
+
     def _rollout_state_file(self, checkpoint: str) -> str:
         return os.path.join(checkpoint, f"rollout_state_{self.accelerator.process_index}.pt")
 

@@ -24,8 +24,8 @@ Each launch runs ``tests/scripts/record_clip_ranges.py``, which executes ``examp
   (``tests/scripts/train_zero_advantage_rank.py``).
 - A preemption: SIGTERM to the launcher and to rank 1 (as SLURM signals every process of a job step; rank 0 gets only
   the launcher's forwarded copy) mid-run: both ranks save one checkpoint of the same step, the launcher exits 143,
-  and the command the main process prints ends with the weights of the DDP launch's uninterrupted run
-  (``tests/scripts/train_and_exit.py``).
+  and the command the main process prints ends with the weights of the DDP launch's uninterrupted run and its every
+  periodic evaluation once (``tests/scripts/train_and_exit.py``).
 """
 
 from __future__ import annotations
@@ -72,8 +72,11 @@ MICRO_STEPS = 4  # max_steps 4 x gradient_accumulation_steps 1
 GUARD = {"drift_guard": "kl", "drift_guard_threshold": 1e-12, "gradient_accumulation_steps": 2,
          "steps_per_generation": 6, "max_steps": 6}
 BASE, ALPHA, EPS_MIN, EPS_MAX, STD_EPS = 0.2, 3.0, 0.0, 3.0, 1e-8
-# 10 steps of 4 updates per rollout, with the report: a stop after most steps is a stop within a rollout.
-PREEMPT = {"max_steps": 10, "steps_per_generation": 4, "report": True, "eval_k": 2}
+# 10 steps of 4 updates per rollout, with the report: a stop after most steps is a stop within a rollout. A periodic
+# evaluation every 2 steps over shards of 3 and 2 problems, one per batch: the ranks ask whether to cut it short after
+# the same number of batches (2), or they would hang on a collective.
+PREEMPT = {"max_steps": 10, "steps_per_generation": 4, "report": True, "eval_k": 2, "report_eval_steps": 2,
+           "num_eval_tasks": 5, "eval_batch_size": 1}
 
 
 def free_port() -> int:
@@ -324,6 +327,9 @@ def test_ddp_sigterm_saves_one_checkpoint_of_one_step_and_resumes_exactly(tmp_pa
     assert sorted(ours) == sorted(theirs)
     for name in ours:
         assert (ours[name] - theirs[name]).abs().max() <= 1e-6, name
+    evaluated = [json.loads(line)["step"] for line in (out / "metrics.jsonl").read_text().splitlines()
+                 if "eval/toy/avg@2" in line]
+    assert evaluated == [2, 4, 6, 8, 10]  # each periodic evaluation once: one the stop cut short, after the resume
 
 
 @pytest.mark.slow

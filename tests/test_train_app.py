@@ -168,7 +168,8 @@ def test_the_last_periodic_evaluation_is_the_after_training_one(tmp_path, tiny_d
     calls = []
     original = EvalCallback.evaluate
     monkeypatch.setattr(EvalCallback, "evaluate",
-                        lambda self: calls.append((self.sampling.sampler, self.batch_size)) or original(self))
+                        lambda self, *abandon: calls.append((self.sampling.sampler, self.batch_size))
+                        or original(self, *abandon))
     train(write_toy_recipe(tmp_path, tiny_dir, report=True, report_eval_steps=2, save_final_model=False, eval_sampler="coupled",
                  eval_batch_size=3))
     out = tmp_path / "out"

@@ -8,6 +8,11 @@ RNG state and the model's train mode are left as they were. With several process
 the problems and the samples are gathered before the metrics are computed (with ``sampler="coupled"`` the samples
 are those of one process: a problem's noise does not depend on its shard or batch).
 
+A periodic evaluation may be cut short: ``abandon`` is asked before it and after each batch, and when it says so the
+evaluation ends there and logs nothing (``acpo-train`` asks whether a scheduler's preemption came, so that it saves
+the step's checkpoint at once instead of after the evaluation). A run resumed at a step whose periodic evaluation is
+not in the checkpoint's log history evaluates it when training begins, so the curves miss no point.
+
 Usage (TRL's pattern for callbacks that need the trainer):
 
     trainer = ACPOTrainer(...)
@@ -17,7 +22,7 @@ Usage (TRL's pattern for callbacks that need the trainer):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from accelerate.utils import gather_object
 from transformers import Trainer, TrainerCallback
@@ -50,6 +55,8 @@ class EvalCallback(TrainerCallback):
             ``acpo_trl/evaluation/coupled.py``).
         eval_on_start: also evaluate before the first step (the starting point of the curves).
         template, data_dir, limit: how benchmark specs given as strings are loaded.
+        abandon: asked before a periodic evaluation and after each of its batches (on every process, the same number
+            of times: it may be collective); when it returns True the evaluation ends there and logs nothing.
     """
 
     def __init__(
@@ -68,6 +75,7 @@ class EvalCallback(TrainerCallback):
         template: str = "base",
         data_dir: str | None = None,
         limit: int | None = None,
+        abandon: Callable[[], bool] | None = None,
     ):
         if eval_steps < 1:
             raise ValueError(f"`eval_steps` must be >= 1, got {eval_steps}.")
@@ -86,13 +94,17 @@ class EvalCallback(TrainerCallback):
         self.seed = seed
         self.batch_size = batch_size
         self.eval_on_start = eval_on_start
+        self.abandon = abandon
         self._last_step = None
         self.last_metrics: dict[str, float] | None = None  # of the last periodic evaluation, at step _last_step
         self.last_correct: dict[str, list[int]] | None = None  # of the last evaluation, periodic or not
 
     def on_train_begin(self, args, state, control, **kwargs):
-        if self.eval_on_start:
-            self._evaluate(state, control)
+        step = state.global_step
+        logged = any(entry.get("step") == step and any(key.startswith(self._prefix) for key in entry)
+                     for entry in state.log_history)
+        if (self.eval_on_start and step == 0) or (step > 0 and step % self.eval_steps == 0 and not logged):
+            self._evaluate(state, control)  # before training, or the resumed step's evaluation a stop cut short
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step % self.eval_steps == 0:
@@ -110,9 +122,14 @@ class EvalCallback(TrainerCallback):
         benchmark's order): what a paired comparison of two runs needs, problem by problem. Not logged."""
         return {**self.evaluate(), CORRECT: self.last_correct}
 
-    def evaluate(self) -> dict[str, float]:
+    @property
+    def _prefix(self) -> str:
+        return f"eval/{self.benchmarks[0].name}/"
+
+    def evaluate(self, abandon: Callable[[], bool] | None = None) -> dict[str, float]:
         """The metrics of the trainer's current model, as they are logged (``eval/<benchmark>/<metric>``); each
-        benchmark's correct samples per problem are kept in ``last_correct``."""
+        benchmark's correct samples per problem are kept in ``last_correct``. ``abandon``: asked after each batch
+        that every process has (the batches of the smallest shard); True raises :class:`Abandoned`."""
         trainer = self.trainer
         accelerator = trainer.accelerator
         results, correct = {}, {}
@@ -128,7 +145,9 @@ class EvalCallback(TrainerCallback):
                     benchmark.dataset.shard(accelerator.num_processes, accelerator.process_index, contiguous=True),
                     benchmark.reward_func,
                 )
-                records = sample_benchmark(shard, backend, self.k, [self.seed], self.batch_size, progress=False)
+                common = -(-(len(benchmark.dataset) // accelerator.num_processes) // self.batch_size)
+                records = sample_benchmark(shard, backend, self.k, [self.seed], self.batch_size, progress=False,
+                                           on_batch=_asking(abandon, common))
                 problems = gather_object([r["samples"] for r in records])
                 results[benchmark.name] = summarize(problems)
                 correct[benchmark.name] = [num_correct(problem) for problem in problems]
@@ -148,6 +167,29 @@ class EvalCallback(TrainerCallback):
         # between logging steps into this entry. Logging resets `should_log`, which would drop this step's
         # regular training log: keep the flag as it was.
         should_log = control.should_log
-        self.last_metrics = self.evaluate()
+        try:
+            if self.abandon is not None and self.abandon():
+                raise Abandoned
+            self.last_metrics = self.evaluate(self.abandon)
+        except Abandoned:
+            self._last_step, self.last_metrics = None, None
+            return
         Trainer.log(self.trainer, self.last_metrics)
         control.should_log = should_log
+
+
+class Abandoned(Exception):
+    """A periodic evaluation cut short by ``abandon``."""
+
+
+def _asking(abandon: Callable[[], bool] | None, batches: int) -> Callable[[list[dict]], None]:
+    """An ``on_batch`` that asks ``abandon`` after each of the first ``batches`` batches."""
+    done = 0
+
+    def on_batch(records):
+        nonlocal done
+        done += 1
+        if abandon is not None and done <= batches and abandon():
+            raise Abandoned
+
+    return on_batch

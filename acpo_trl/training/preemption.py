@@ -1,10 +1,11 @@
 """Stop when told: on SIGTERM or SIGUSR1 (a scheduler's preemption), ``acpo-train`` saves a checkpoint of the
 optimizer step in flight, says how to resume, and exits with a status that says why.
 
-:class:`StopOnSignal` handles both signals while ``acpo-train`` runs (a context manager) and is one of its trainer's
-callbacks. During training the first signal is noted; at the end of each optimizer step every process learns whether
+:class:`StopOnSignal` handles both signals while ``acpo-train`` runs (a context manager) and is its trainer's last
+callback. During training the first signal is noted; at the end of each optimizer step every process learns whether
 any was told to stop (a max over processes: a signal may reach only some of them), and if so the trainer saves a
-checkpoint of that step (with the rollout state, so a stop within a rollout resumes exactly) and stops. The main
+checkpoint of that step (with the rollout state, so a stop within a rollout resumes exactly) and stops; a periodic
+evaluation that follows the step is cut short (it asks :meth:`StopOnSignal.asked` between batches). The main
 process prints one line with the command that resumes from it, and every process exits with 128 + the signal's number
 (143 after SIGTERM, 138 after SIGUSR1): the status a shell reports for a process that signal ended, and the one
 ``accelerate launch`` exits with when it is signalled, so a scheduler reads the same status from one process or a
@@ -124,6 +125,11 @@ class StopOnSignal(TrainerCallback):
         if signum and self.signum is None:  # told through another process
             self.signum, self.at = signum, time.monotonic()
         return signum
+
+    def asked(self) -> bool:
+        """Whether any process was told to stop (every process calls it alike: it is collective). The periodic
+        evaluation asks it between batches, so that a stop during it saves the step's checkpoint at once."""
+        return bool(self._asked(self.training_args))
 
     def on_train_begin(self, args, state, control, **kwargs):
         self.training = self.started = True
