@@ -824,7 +824,7 @@ class Die(TrainerCallback):
             raise SystemExit(9)
 
 run = train.run
-train.run = lambda *args, callbacks=None: run(*args, callbacks=[Die()])
+train.run = lambda *args, **kwargs: run(*args, **kwargs, callbacks=[Die()])
 train.main(sys.argv[1:])
 """
 
