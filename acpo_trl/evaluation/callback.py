@@ -103,8 +103,8 @@ class EvalCallback(TrainerCallback):
         step = state.global_step
         logged = any(entry.get("step") == step and any(key.startswith(self._prefix) for key in entry)
                      for entry in state.log_history)
-        if (self.eval_on_start and step == 0) or (step > 0 and step % self.eval_steps == 0 and not logged):
-            self._evaluate(state, control)  # before training, or the resumed step's evaluation a stop cut short
+        if self.eval_on_start or (step > 0 and step % self.eval_steps == 0 and not logged):
+            self._evaluate(state, control)  # as asked, or the resumed step's evaluation a stop cut short
 
     def on_step_end(self, args, state, control, **kwargs):
         if state.global_step % self.eval_steps == 0:
